@@ -1,0 +1,40 @@
+"""Pure-torch MoE layers (no stable-baselines3 import): routers, stacked experts, networks."""
+
+from rl_moe.nn.config import ACTIVATIONS, NETWORK_KINDS, NetConfig
+from rl_moe.nn.experts import ExpertPass, StackedExperts, segment_matmul
+from rl_moe.nn.moe import (
+    NETWORKS,
+    DenseMLP,
+    DSMoE,
+    ExpertGroup,
+    MoEOutput,
+    RoutedMoE,
+    SoftMoE,
+    build_network,
+    load_balance_loss,
+    width_multiplier_for_params,
+)
+from rl_moe.nn.routing import ROUTERS, Dispatch, Routing, make_dispatch
+
+__all__ = [
+    "ACTIVATIONS",
+    "NETWORK_KINDS",
+    "NETWORKS",
+    "ROUTERS",
+    "DSMoE",
+    "DenseMLP",
+    "Dispatch",
+    "ExpertGroup",
+    "ExpertPass",
+    "MoEOutput",
+    "NetConfig",
+    "RoutedMoE",
+    "Routing",
+    "SoftMoE",
+    "StackedExperts",
+    "build_network",
+    "load_balance_loss",
+    "make_dispatch",
+    "segment_matmul",
+    "width_multiplier_for_params",
+]

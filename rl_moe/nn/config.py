@@ -1,0 +1,88 @@
+"""Network configuration for MoE and dense actors/critics (SPEC §1)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Network kinds understood by :func:`rl_moe.nn.build_network`.
+NETWORK_KINDS: tuple[str, ...] = ("topk", "dense_moe", "ds", "expert_choice", "soft", "mlp")
+ACTIVATIONS: tuple[str, ...] = ("relu", "tanh")
+
+
+@dataclass(frozen=True)
+class NetConfig:
+    """Architecture of one network (actor or critic).
+
+    :param kind: one of :data:`NETWORK_KINDS`; ``mlp`` is the dense baseline.
+    :param n_experts: number of experts E (routed experts for ``ds``; ignored for ``mlp``).
+    :param top_k: experts per state K (Top-K, DS routed top-k base, expert-choice capacity).
+    :param hidden: widths of each expert's hidden layers (the paper uses 3 x 256).
+    :param activation: ``relu`` (paper default) or ``tanh``.
+    :param layer_norm: LayerNorm after every hidden linear layer (the LN baseline).
+    :param temperature: gate softmax temperature tau.
+    :param gate_hidden: hidden widths of the gate MLP; its last hidden layer is the gate embedding.
+    :param n_shared: DS-MoE shared (always active) experts, each of full width.
+    :param ds_granularity: DS-MoE fine-grained factor m: routed experts have width hidden/m and
+        m*K of them are active; their count is chosen to match the Top-K parameter count.
+    :param width_multiplier: scales the hidden widths of ``mlp`` (``dense10x`` uses ~sqrt(10)).
+    """
+
+    kind: str = "topk"
+    n_experts: int = 10
+    top_k: int = 2
+    hidden: tuple[int, ...] = (256, 256, 256)
+    activation: str = "relu"
+    layer_norm: bool = False
+    temperature: float = 1.0
+    gate_hidden: tuple[int, ...] = (256,)
+    n_shared: int = 1
+    ds_granularity: int = 2
+    width_multiplier: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+        object.__setattr__(self, "gate_hidden", tuple(int(h) for h in self.gate_hidden))
+        if self.kind not in NETWORK_KINDS:
+            raise ValueError(f"unknown network kind {self.kind!r}; valid choices: {', '.join(NETWORK_KINDS)}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {self.activation!r}; valid choices: {', '.join(ACTIVATIONS)}")
+        if self.n_experts < 1:
+            raise ValueError(f"n_experts must be >= 1, got {self.n_experts}")
+        if self.top_k < 1 or self.top_k > self.n_experts:
+            raise ValueError(f"top_k must be in [1, n_experts={self.n_experts}], got {self.top_k}")
+        if not self.hidden or min(self.hidden) < 1:
+            raise ValueError(f"hidden must be a non-empty tuple of positive widths, got {self.hidden}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.kind == "ds":
+            if self.n_shared < 0:
+                raise ValueError(f"n_shared must be >= 0, got {self.n_shared}")
+            if self.ds_granularity < 1 or any(h % self.ds_granularity for h in self.hidden):
+                raise ValueError(
+                    f"ds_granularity must be >= 1 and divide every hidden width {self.hidden}, got {self.ds_granularity}"
+                )
+        if self.width_multiplier <= 0:
+            raise ValueError(f"width_multiplier must be > 0, got {self.width_multiplier}")
+
+    @property
+    def is_moe(self) -> bool:
+        return self.kind != "mlp"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "NetConfig":
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class _Defaults:
+    """Paper defaults (SPHERE appendix Table 2)."""
+
+    actor: NetConfig = field(default_factory=NetConfig)
+    critic: NetConfig = field(default_factory=lambda: NetConfig(kind="mlp"))
+
+
+PAPER_DEFAULTS = _Defaults()

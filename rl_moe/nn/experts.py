@@ -1,0 +1,149 @@
+"""Stacked expert MLPs run over only the rows routed to each expert.
+
+Weights are stacked tensors (E, in, out): no per-expert modules on the hot path. A batch of routed
+rows sorted by expert is multiplied segment by segment (:func:`segment_matmul`), so the cost is
+proportional to the routed rows, not to N*E.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ACTIVATION_FNS = {"relu": F.relu, "tanh": torch.tanh}
+#: Orthogonal init gains per activation (the SB3 / CleanRL convention uses sqrt(2) for ReLU).
+ACTIVATION_GAINS = {"relu": math.sqrt(2.0), "tanh": 5.0 / 3.0}
+
+# grouped_mm wins only once the Python loop over experts dominates (measured: slower at E=10,
+# ~2x faster at E=160 on CPU); it needs 16-byte aligned strides.
+_GROUPED_MM_MIN_EXPERTS = 32
+
+
+def _grouped_mm_ok(x: Tensor, weight: Tensor) -> bool:
+    return (
+        hasattr(F, "grouped_mm")
+        and x.device.type == "cpu"
+        and weight.shape[0] >= _GROUPED_MM_MIN_EXPERTS
+        and x.dtype == torch.float32
+        and x.shape[1] % 4 == 0
+        and weight.shape[2] % 4 == 0
+    )
+
+
+def segment_matmul(x: Tensor, weight: Tensor, counts: tuple[int, ...]) -> Tensor:
+    """Row block e of ``x`` times ``weight[e]``.
+
+    :param x: (R, in), rows sorted by expert, ``counts[e]`` rows for expert e
+    :param weight: (E, in, out)
+    :return: (R, out)
+    """
+    if len(counts) == 1:
+        return x @ weight[0]
+    if _grouped_mm_ok(x, weight):
+        offs = torch.tensor(counts, device=x.device).cumsum(0).to(torch.int32)
+        return F.grouped_mm(x.contiguous(), weight, offs=offs)
+    # split/unbind keep backward to one stack per weight; indexing weight[e] would allocate E
+    # full-size zero gradients.
+    blocks = [xb @ w for xb, w, c in zip(torch.split(x, counts), weight.unbind(0), counts) if c]
+    if not blocks:
+        return x.new_zeros(0, weight.shape[2])
+    return torch.cat(blocks) if len(blocks) > 1 else blocks[0]
+
+
+def _per_expert(param: Tensor, expert_idx: Tensor | None) -> Tensor:
+    """(E, D) -> per-row (R, D), or the single expert's (D,) when E == 1."""
+    return param[0] if expert_idx is None else param[expert_idx]
+
+
+class ExpertPass(NamedTuple):
+    """Per-row results of running the experts."""
+
+    out: Tensor  # (R, out) head output, before routing weights
+    hidden: tuple[Tensor, ...]  # per hidden layer, (R, H_l) post-activation features
+    pre: tuple[Tensor, ...]  # per hidden layer, (R, H_l) activation inputs (after LayerNorm if any)
+    inputs: tuple[Tensor, ...]  # per linear layer incl. head, (R, in_l) its input a_l
+    linear: tuple[Tensor, ...]  # per linear layer incl. head, (R, out_l) its output z_l = a_l W + b
+    normed: tuple[Tensor, ...]  # per hidden layer with LayerNorm, (R, H_l) normalized z before affine
+
+
+class StackedExperts(nn.Module):
+    """E independent MLPs ``in -> hidden... -> out`` with stacked parameters.
+
+    :param n_experts: E
+    :param in_dim: input width
+    :param hidden: hidden widths
+    :param out_dim: head width (action dim for actors, 1 for critics)
+    :param activation: ``relu`` or ``tanh``
+    :param layer_norm: per-expert LayerNorm (with per-expert affine) after each hidden linear
+    :param out_gain: orthogonal init gain of the heads (0.01 for policy means, 1 for values)
+    """
+
+    def __init__(
+        self,
+        n_experts: int,
+        in_dim: int,
+        hidden: tuple[int, ...],
+        out_dim: int,
+        activation: str = "relu",
+        layer_norm: bool = False,
+        out_gain: float = 1.0,
+    ) -> None:
+        super().__init__()
+        self.n_experts = n_experts
+        self.in_dim, self.out_dim, self.hidden_dims = in_dim, out_dim, tuple(hidden)
+        self.activation = activation
+        self.layer_norm = layer_norm
+        dims = (in_dim, *hidden, out_dim)
+        self.weights = nn.ParameterList(nn.Parameter(torch.empty(n_experts, a, b)) for a, b in zip(dims[:-1], dims[1:]))
+        self.biases = nn.ParameterList(nn.Parameter(torch.zeros(n_experts, b)) for b in dims[1:])
+        if layer_norm:
+            self.ln_weights = nn.ParameterList(nn.Parameter(torch.ones(n_experts, h)) for h in hidden)
+            self.ln_biases = nn.ParameterList(nn.Parameter(torch.zeros(n_experts, h)) for h in hidden)
+        gains = [ACTIVATION_GAINS[activation]] * len(hidden) + [out_gain]
+        with torch.no_grad():
+            for w, gain in zip(self.weights, gains):
+                for e in range(n_experts):
+                    nn.init.orthogonal_(w[e], gain=gain)
+
+    @property
+    def n_layers(self) -> int:
+        """Number of linear layers, the head included."""
+        return len(self.weights)
+
+    def forward(self, x: Tensor, counts: tuple[int, ...], expert_idx: Tensor | None) -> ExpertPass:
+        """Run the rows of ``x`` through their experts.
+
+        :param x: (R, in) rows sorted by expert
+        :param counts: rows per expert
+        :param expert_idx: (R,) expert of each row, or None when E == 1
+        """
+        act = ACTIVATION_FNS[self.activation]
+        hidden: list[Tensor] = []
+        pre: list[Tensor] = []
+        inputs: list[Tensor] = []
+        linear: list[Tensor] = []
+        normed: list[Tensor] = []
+        h = x
+        for layer in range(len(self.hidden_dims)):
+            inputs.append(h)
+            z = segment_matmul(h, self.weights[layer], counts) + _per_expert(self.biases[layer], expert_idx)
+            linear.append(z)
+            if self.layer_norm:
+                n = F.layer_norm(z, z.shape[-1:])
+                normed.append(n)
+                z = n * _per_expert(self.ln_weights[layer], expert_idx) + _per_expert(self.ln_biases[layer], expert_idx)
+            pre.append(z)
+            h = act(z)
+            hidden.append(h)
+        inputs.append(h)
+        out = segment_matmul(h, self.weights[-1], counts) + _per_expert(self.biases[-1], expert_idx)
+        linear.append(out)
+        return ExpertPass(out, tuple(hidden), tuple(pre), tuple(inputs), tuple(linear), tuple(normed))
+
+    def expert_parameters(self, e: int) -> list[Tensor]:
+        """Views of expert e's weight matrices (in, out), layer by layer (for diagnostics)."""
+        return [w[e] for w in self.weights]

@@ -1,0 +1,128 @@
+"""SB3 actor-critic policy whose actor (and optionally critic) is a MoE network (SPEC §1).
+
+The actor network outputs the Gaussian mean directly (each expert has its own linear head), so
+SB3's ``action_net`` is the identity; the log-std is SB3's state-independent parameter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.type_aliases import Schedule
+from torch import Tensor, nn
+
+from rl_moe.nn import MoEOutput, NetConfig, build_network
+from rl_moe.policies.networks import net_configs
+
+
+def _action_out_dim(action_space: spaces.Space) -> int:
+    if isinstance(action_space, spaces.Box):
+        return int(torch.tensor(action_space.shape).prod())
+    if isinstance(action_space, spaces.Discrete):
+        return int(action_space.n)
+    raise ValueError(f"unsupported action space {type(action_space).__name__}; valid choices: Box, Discrete")
+
+
+class MoEActorCritic(nn.Module):
+    """Actor and critic networks in SB3's ``mlp_extractor`` contract.
+
+    ``forward_actor`` returns the action mean (or logits); ``forward_critic`` the value. The last
+    :class:`~rl_moe.nn.MoEOutput` of each is kept for the regularizers and diagnostics.
+    """
+
+    def __init__(self, features_dim: int, action_dim: int, actor_cfg: NetConfig, critic_cfg: NetConfig) -> None:
+        super().__init__()
+        self.actor_net = build_network(features_dim, action_dim, actor_cfg, out_gain=0.01)
+        self.critic_net = build_network(features_dim, 1, critic_cfg, out_gain=1.0)
+        self.latent_dim_pi, self.latent_dim_vf = action_dim, 1
+        self.last_actor: MoEOutput | None = None
+        self.last_critic: MoEOutput | None = None
+
+    def forward(self, features: Tensor) -> tuple[Tensor, Tensor]:
+        return self.forward_actor(features), self.forward_critic(features)
+
+    def forward_actor(self, features: Tensor) -> Tensor:
+        self.last_actor = self.actor_net(features)
+        return self.last_actor.out
+
+    def forward_critic(self, features: Tensor) -> Tensor:
+        self.last_critic = self.critic_net(features)
+        return self.last_critic.out
+
+
+class MoEActorCriticPolicy(ActorCriticPolicy):
+    """PPO/A2C policy with a MoE actor and a dense or MoE critic.
+
+    ``PPO(MoEActorCriticPolicy, env, policy_kwargs=dict(moe="topk", n_experts=10, top_k=2))``.
+
+    :param moe: network kind (see :data:`rl_moe.nn.NETWORK_KINDS`)
+    :param actor_moe: use a MoE actor (default) or a dense one
+    :param critic_moe: use a MoE critic (default dense, as in the SPHERE paper's Algorithm 1)
+    :param actor_cfg: full actor :class:`NetConfig` (overrides the flat arguments)
+    :param critic_cfg: full critic :class:`NetConfig`
+    :param arch: flat :class:`NetConfig` fields shared by MoE sides: ``n_experts``, ``top_k``,
+        ``hidden``, ``activation``, ``layer_norm``, ``temperature``, ``gate_hidden``, ...
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        moe: str = "topk",
+        actor_moe: bool = True,
+        critic_moe: bool = False,
+        actor_cfg: NetConfig | dict[str, Any] | None = None,
+        critic_cfg: NetConfig | dict[str, Any] | None = None,
+        ortho_init: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        arch = {k: kwargs.pop(k) for k in list(kwargs) if k in NetConfig.__dataclass_fields__}
+        self.actor_cfg, self.critic_cfg = net_configs(moe, actor_moe, critic_moe, actor_cfg, critic_cfg, **arch)
+        # The networks carry their own init; SB3's ortho_init would overwrite the gate's gains.
+        super().__init__(observation_space, action_space, lr_schedule, ortho_init=ortho_init, **kwargs)
+
+    def _build_mlp_extractor(self) -> None:
+        self.mlp_extractor = MoEActorCritic(
+            self.features_dim, _action_out_dim(self.action_space), self.actor_cfg, self.critic_cfg
+        )
+
+    def _build(self, lr_schedule: Schedule) -> None:
+        super()._build(lr_schedule)
+        self.action_net = nn.Identity()
+        self.value_net = nn.Identity()
+        # Rebuild: the base class made its optimizer over the linear heads just replaced.
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(actor_cfg=self.actor_cfg.to_dict(), critic_cfg=self.critic_cfg.to_dict())
+        for key in ("net_arch", "activation_fn"):
+            data.pop(key, None)
+        return data
+
+    @property
+    def actor_net(self) -> nn.Module:
+        """The actor network (obs features -> :class:`MoEOutput` whose ``out`` is the mean)."""
+        return self.mlp_extractor.actor_net
+
+    @property
+    def critic_net(self) -> nn.Module:
+        """The critic network (obs features -> :class:`MoEOutput` whose ``out`` is V)."""
+        return self.mlp_extractor.critic_net
+
+    @property
+    def last_actor_output(self) -> MoEOutput | None:
+        return self.mlp_extractor.last_actor
+
+    @property
+    def last_critic_output(self) -> MoEOutput | None:
+        return self.mlp_extractor.last_critic
+
+    def actor_features(self, obs: Tensor) -> Tensor:
+        """Preprocessed, flattened observation features fed to the actor network."""
+        features = self.extract_features(obs)
+        return features if self.share_features_extractor else features[0]

@@ -1,0 +1,98 @@
+"""The regularizer interface used by :mod:`rl_moe.algos`.
+
+A regularizer is an object with explicit hooks. The learner calls, per gradient step,
+:meth:`Regularizer.penalty` with a :class:`LossContext` and adds ``coef * loss`` of every returned
+:class:`Penalty` to the loss of that phase; it logs each term as ``train/loss_<name>`` and
+``train/coef_<name>``. Lifecycle hooks run on task start and after each optimizer step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stable_baselines3.common.base_class import BaseAlgorithm
+
+    from rl_moe.nn import MoEOutput
+
+#: Phases of an update in which a penalty can be added.
+PHASES: tuple[str, ...] = ("ppo", "td3_critic", "td3_actor")
+
+
+class Penalty(NamedTuple):
+    """A named loss term; the learner adds ``coef * loss`` (``coef`` is a detached float)."""
+
+    name: str
+    loss: Tensor
+    coef: float
+
+
+@dataclass
+class LossContext:
+    """What a penalty may use for one minibatch.
+
+    :param algo: the learner (PPO/TD3 subclass); ``algo.policy`` is the SB3 policy
+    :param phase: one of :data:`PHASES`
+    :param batch: the SB3 rollout or replay minibatch
+    :param actor_out: the actor network's output on this minibatch (None if not computed)
+    :param critic_out: the critic network's output(s); for TD3, the first Q-network's
+    :param losses: the base loss terms (PPO: ``policy``, ``value``, ``entropy``, ``actor`` = policy
+        + entropy term; TD3: ``critic`` or ``actor``), still attached to the graph
+    :param extra: anything else a learner wants to pass on
+    """
+
+    algo: "BaseAlgorithm"
+    phase: str
+    batch: Any
+    actor_out: "MoEOutput | None" = None
+    critic_out: "MoEOutput | None" = None
+    losses: dict[str, Tensor] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Regularizer:
+    """Base class: every hook is optional; override what you need.
+
+    :param name: the loss-term name used in the logger (``train/loss_<name>``)
+    """
+
+    name: str = "regularizer"
+
+    def penalty(self, ctx: LossContext) -> list[Penalty]:
+        """Loss terms for this minibatch (empty when the phase does not concern it)."""
+        return []
+
+    def on_training_start(self, algo: "BaseAlgorithm") -> None:
+        """Called once the learner and its policy exist, before the first rollout."""
+
+    def on_task_start(self, algo: "BaseAlgorithm", task_index: int) -> None:
+        """Called by the continual scheduler when a new task begins."""
+
+    def after_update(self, algo: "BaseAlgorithm", phase: str) -> None:
+        """Called after each optimizer step of ``phase``."""
+
+    def logs(self) -> dict[str, float]:
+        """Extra scalars to log under ``train/`` (e.g. units reset so far)."""
+        return {}
+
+
+def grad_norm(loss: Tensor, params: Iterable[nn.Parameter]) -> Tensor:
+    """L2 norm of d loss / d params, without touching ``.grad`` (graph retained)."""
+    params = [p for p in params if p.requires_grad]
+    grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+    sq = [g.pow(2).sum() for g in grads if g is not None]
+    return torch.sqrt(torch.stack(sq).sum()) if sq else loss.new_zeros(())
+
+
+def grad_ratio_coef(
+    rho: float, reference: Tensor, penalty: Tensor, params: Iterable[nn.Parameter], eps: float = 1e-8
+) -> float:
+    """rho * stopgrad(||grad reference|| / (||grad penalty|| + eps)) over ``params`` (SPHERE App. A.3)."""
+    params = list(params)
+    num = grad_norm(reference, params)
+    den = grad_norm(penalty, params)
+    return float(rho * (num / (den + eps)).item())
