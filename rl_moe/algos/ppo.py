@@ -1,0 +1,112 @@
+"""PPO whose loss is the clipped PPO objective plus named regularizer terms.
+
+Same update as stable-baselines3's PPO (Schulman et al. 2017, arXiv:1707.06347); the only change
+is :meth:`RegularizedMixin._add_penalties` before the backward pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from stable_baselines3 import PPO
+from stable_baselines3.common.utils import explained_variance
+
+from rl_moe.algos.common import RegularizedMixin
+from rl_moe.regularizers.base import LossContext, Regularizer
+
+
+class MoEPPO(RegularizedMixin, PPO):
+    """SB3 PPO with regularizer hooks.
+
+    :param policy: policy class or name (e.g. :class:`~rl_moe.policies.MoEActorCriticPolicy`)
+    :param env: environment
+    :param regularizers: objects implementing :class:`~rl_moe.regularizers.Regularizer`
+    :param kwargs: any :class:`stable_baselines3.PPO` argument
+    """
+
+    def __init__(self, policy: Any, env: Any, regularizers: Sequence[Regularizer] = (), **kwargs: Any) -> None:
+        self._init_regularizers(regularizers)
+        super().__init__(policy, env, **kwargs)
+
+    def _last_outputs(self) -> tuple[Any, Any]:
+        return getattr(self.policy, "last_actor_output", None), getattr(self.policy, "last_critic_output", None)
+
+    def train(self) -> None:
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
+        clip_range_vf = None if self.clip_range_vf is None else self.clip_range_vf(self._current_progress_remaining)  # type: ignore[operator]
+        entropy_losses, pg_losses, value_losses, clip_fractions = [], [], [], []
+        approx_kl_divs: list[float] = []
+        continue_training = True
+        loss = torch.zeros(())
+        for epoch in range(self.n_epochs):
+            approx_kl_divs = []
+            for batch in self.rollout_buffer.get(self.batch_size):
+                actions = batch.actions
+                if isinstance(self.action_space, spaces.Discrete):
+                    actions = actions.long().flatten()
+                values, log_prob, entropy = self.policy.evaluate_actions(batch.observations, actions)
+                values = values.flatten()
+                advantages = batch.advantages
+                if self.normalize_advantage and len(advantages) > 1:
+                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+                ratio = torch.exp(log_prob - batch.old_log_prob)
+                surrogate = torch.min(advantages * ratio, advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range))
+                policy_loss = -surrogate.mean()
+                if clip_range_vf is None:
+                    values_pred = values
+                else:
+                    values_pred = batch.old_values + torch.clamp(values - batch.old_values, -clip_range_vf, clip_range_vf)
+                value_loss = F.mse_loss(batch.returns, values_pred)
+                entropy_loss = torch.mean(log_prob) if entropy is None else -torch.mean(entropy)
+                actor_loss = policy_loss + self.ent_coef * entropy_loss
+                pg_losses.append(policy_loss.item())
+                value_losses.append(value_loss.item())
+                entropy_losses.append(entropy_loss.item())
+                clip_fractions.append(torch.mean((torch.abs(ratio - 1) > clip_range).float()).item())
+                with torch.no_grad():
+                    log_ratio = log_prob - batch.old_log_prob
+                    approx_kl_div = torch.mean((torch.exp(log_ratio) - 1) - log_ratio).item()
+                    approx_kl_divs.append(approx_kl_div)
+                if self.target_kl is not None and approx_kl_div > 1.5 * self.target_kl:
+                    continue_training = False
+                    if self.verbose >= 1:
+                        print(f"Early stopping at epoch {epoch}: approx KL {approx_kl_div:.2f}")
+                    break
+
+                actor_out, critic_out = self._last_outputs()
+                ctx = LossContext(
+                    self, "ppo", batch, actor_out, critic_out,
+                    losses={"policy": policy_loss, "value": value_loss, "entropy": entropy_loss, "actor": actor_loss},
+                )
+                loss = self._add_penalties(actor_loss + self.vf_coef * value_loss, ctx)
+
+                self.policy.optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+                self.policy.optimizer.step()
+                self._after_update("ppo")
+            self._n_updates += 1
+            if not continue_training:
+                break
+
+        explained_var = explained_variance(self.rollout_buffer.values.flatten(), self.rollout_buffer.returns.flatten())
+        self.logger.record("train/entropy_loss", np.mean(entropy_losses))
+        self.logger.record("train/policy_gradient_loss", np.mean(pg_losses))
+        self.logger.record("train/value_loss", np.mean(value_losses))
+        self.logger.record("train/approx_kl", np.mean(approx_kl_divs))
+        self.logger.record("train/clip_fraction", np.mean(clip_fractions))
+        self.logger.record("train/loss", loss.item())
+        self.logger.record("train/explained_variance", explained_var)
+        if hasattr(self.policy, "log_std"):
+            self.logger.record("train/std", torch.exp(self.policy.log_std).mean().item())
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/clip_range", clip_range)
+        if clip_range_vf is not None:
+            self.logger.record("train/clip_range_vf", clip_range_vf)
+        self._record_regularizer_logs()

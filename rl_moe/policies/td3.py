@@ -1,0 +1,132 @@
+"""SB3 TD3 policy with MoE (or dense) actor and twin critics on obs ⊕ action (SPEC §1, Table 22)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.policies import BaseModel, BasePolicy
+from stable_baselines3.common.preprocessing import get_action_dim
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
+from stable_baselines3.td3.policies import TD3Policy
+from torch import Tensor, nn
+
+from rl_moe.nn import MoEOutput, NetConfig, build_network
+from rl_moe.policies.networks import net_configs
+
+
+class MoETD3Actor(BasePolicy):
+    """Deterministic actor a = tanh(net(obs).out)."""
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Box,
+        features_extractor: nn.Module,
+        features_dim: int,
+        net_cfg: NetConfig,
+        normalize_images: bool = True,
+        **_sb3_mlp_args: Any,
+    ) -> None:
+        super().__init__(
+            observation_space, action_space, features_extractor=features_extractor,
+            normalize_images=normalize_images, squash_output=True,
+        )
+        self.features_dim, self.net_cfg = features_dim, net_cfg
+        self.net = build_network(features_dim, get_action_dim(action_space), net_cfg, out_gain=1.0)
+        self.last_output: MoEOutput | None = None
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(features_dim=self.features_dim, net_cfg=self.net_cfg, features_extractor=self.features_extractor)
+        return data
+
+    def forward(self, obs: Tensor) -> Tensor:
+        features = self.extract_features(obs, self.features_extractor)
+        self.last_output = self.net(features)
+        return torch.tanh(self.last_output.out)
+
+    def _predict(self, observation: PyTorchObs, deterministic: bool = False) -> Tensor:
+        return self(observation)
+
+
+class MoETD3Critic(BaseModel):
+    """``n_critics`` Q-networks on obs ⊕ action, each a MoE or dense network."""
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Box,
+        features_extractor: BaseFeaturesExtractor,
+        features_dim: int,
+        net_cfg: NetConfig,
+        normalize_images: bool = True,
+        n_critics: int = 2,
+        share_features_extractor: bool = False,
+        **_sb3_mlp_args: Any,
+    ) -> None:
+        super().__init__(observation_space, action_space, features_extractor=features_extractor, normalize_images=normalize_images)
+        self.share_features_extractor = share_features_extractor
+        self.n_critics = n_critics
+        in_dim = features_dim + get_action_dim(action_space)
+        self.q_nets = nn.ModuleList(build_network(in_dim, 1, net_cfg, out_gain=1.0) for _ in range(n_critics))
+        self.q_networks = list(self.q_nets)  # the attribute SB3 code reads
+        self.last_outputs: list[MoEOutput] = []
+
+    def forward(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, ...]:
+        # As in SB3: a shared extractor learns from the actor loss only.
+        with torch.set_grad_enabled(not self.share_features_extractor):
+            features = self.extract_features(obs, self.features_extractor)
+        x = torch.cat([features, actions], dim=1)
+        self.last_outputs = [q(x) for q in self.q_nets]
+        return tuple(o.out for o in self.last_outputs)
+
+    def q1_forward(self, obs: Tensor, actions: Tensor) -> Tensor:
+        with torch.no_grad():
+            features = self.extract_features(obs, self.features_extractor)
+        return self.q_nets[0](torch.cat([features, actions], dim=1)).out
+
+
+class MoETD3Policy(TD3Policy):
+    """TD3 policy with MoE actor and/or MoE critics.
+
+    ``TD3(MoETD3Policy, env, policy_kwargs=dict(moe="topk", n_experts=10, top_k=2))``.
+
+    :param moe: network kind of the MoE side(s)
+    :param actor_moe: MoE actor (default True)
+    :param critic_moe: MoE critics (default True, as in the paper's TD3 experiment, Table 22)
+    :param actor_cfg: full actor :class:`NetConfig` (overrides the flat arguments)
+    :param critic_cfg: full critic :class:`NetConfig`
+    :param arch: flat :class:`NetConfig` fields (``n_experts``, ``top_k``, ``hidden``, ...)
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Box,
+        lr_schedule: Schedule,
+        moe: str = "topk",
+        actor_moe: bool = True,
+        critic_moe: bool = True,
+        actor_cfg: NetConfig | dict[str, Any] | None = None,
+        critic_cfg: NetConfig | dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        arch = {k: kwargs.pop(k) for k in list(kwargs) if k in NetConfig.__dataclass_fields__}
+        self.actor_cfg, self.critic_cfg = net_configs(moe, actor_moe, critic_moe, actor_cfg, critic_cfg, **arch)
+        super().__init__(observation_space, action_space, lr_schedule, **kwargs)
+
+    def make_actor(self, features_extractor: BaseFeaturesExtractor | None = None) -> MoETD3Actor:
+        kwargs = self._update_features_extractor(self.actor_kwargs, features_extractor)
+        return MoETD3Actor(net_cfg=self.actor_cfg, **kwargs).to(self.device)
+
+    def make_critic(self, features_extractor: BaseFeaturesExtractor | None = None) -> MoETD3Critic:
+        kwargs = self._update_features_extractor(self.critic_kwargs, features_extractor)
+        return MoETD3Critic(net_cfg=self.critic_cfg, **kwargs).to(self.device)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(actor_cfg=self.actor_cfg.to_dict(), critic_cfg=self.critic_cfg.to_dict())
+        return data
