@@ -1,0 +1,105 @@
+"""The learner's regularizer hook: terms are summed once, logged, and lifecycle hooks fire."""
+
+import gymnasium as gym
+import pytest
+import torch
+from stable_baselines3.common.logger import KVWriter, Logger
+
+from rl_moe.algos import MoEPPO, MoETD3
+from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
+from rl_moe.regularizers import LossContext, Penalty, Regularizer
+
+TINY = dict(moe="topk", n_experts=3, top_k=2, hidden=(8,), gate_hidden=(4,))
+
+
+class Capture(KVWriter):
+    def __init__(self):
+        self.records: list[dict] = []
+
+    def write(self, key_values, key_excluded, step=0):
+        self.records.append(dict(key_values))
+
+
+class PullLogStd(Regularizer):
+    """Pulls the PPO log-std to a target; counts hook calls."""
+
+    name = "pull"
+
+    def __init__(self, target: float, coef: float, phases=("ppo",)):
+        self.target, self.coef, self.phases = target, coef, phases
+        self.calls = {"penalty": 0, "after": 0, "start": 0, "task": []}
+        self.seen_outputs = 0
+
+    def on_training_start(self, algo):
+        self.calls["start"] += 1
+
+    def on_task_start(self, algo, task_index):
+        self.calls["task"].append(task_index)
+
+    def penalty(self, ctx: LossContext):
+        if ctx.phase not in self.phases:
+            return []
+        self.calls["penalty"] += 1
+        self.seen_outputs += int(ctx.actor_out is not None or ctx.critic_out is not None)
+        params = ctx.algo.policy.log_std if ctx.phase == "ppo" else ctx.algo.actor.net.experts.biases[-1]
+        return [Penalty(self.name, (params - self.target).pow(2).sum(), self.coef)]
+
+    def after_update(self, algo, phase):
+        self.calls["after"] += 1
+
+
+def _ppo(regs, seed=0):
+    model = MoEPPO(MoEActorCriticPolicy, gym.make("Pendulum-v1"), regularizers=regs, n_steps=64, batch_size=16,
+                   n_epochs=2, seed=seed, device="cpu", policy_kwargs=TINY)
+    cap = Capture()
+    model.set_logger(Logger(folder=None, output_formats=[cap]))
+    return model, cap
+
+
+def test_penalty_changes_the_update_and_is_logged():
+    reg = PullLogStd(target=3.0, coef=10.0)
+    model, cap = _ppo([reg])
+    model.start_task(0)
+    model.start_task(1)
+    model.learn(128)  # two iterations: SB3 dumps the first update's logs at the second
+    base, _ = _ppo([])
+    base.learn(128)
+    n_minibatches = 2 * (2 * 64 // 16)
+    assert reg.calls == {"penalty": n_minibatches, "after": n_minibatches, "start": 1, "task": [0, 1]}
+    assert reg.seen_outputs == n_minibatches
+    # Adam moves log_std by about lr per step towards the target: 16 steps of 3e-4.
+    moved = (model.policy.log_std - base.policy.log_std).mean().item()
+    assert moved > 16 * 3e-4 * 0.5
+    rec = [r for r in cap.records if "train/loss_pull" in r][-1]
+    assert rec["train/coef_pull"] == pytest.approx(10.0)
+    assert 0 < rec["train/loss_pull"] <= 9.0 + 1e-3  # (0 - 3)^2 at most, per action dim
+
+
+def test_zero_coefficient_is_bit_identical():
+    reg = PullLogStd(target=3.0, coef=0.0)
+    model, _ = _ppo([reg])
+    model.learn(64)
+    base, _ = _ppo([])
+    base.learn(64)
+    assert all(torch.equal(a, b) for a, b in zip(model.policy.parameters(), base.policy.parameters()))
+
+
+def test_td3_phases_get_their_own_context():
+    reg = PullLogStd(target=2.0, coef=5.0, phases=("td3_actor",))
+    model = MoETD3(MoETD3Policy, gym.make("Pendulum-v1"), regularizers=[reg], learning_starts=32, batch_size=16,
+                   seed=0, device="cpu", policy_kwargs=TINY)
+    model.learn(64)
+    updates = 64 - 32
+    assert reg.calls["penalty"] == updates // model.policy_delay
+    assert reg.calls["after"] == updates + updates // model.policy_delay
+
+
+def test_regularizers_are_not_pickled_and_can_be_given_on_load(tmp_path):
+    reg = PullLogStd(target=1.0, coef=1.0)
+    model, _ = _ppo([reg])
+    model.learn(64)
+    model.save(tmp_path / "m.zip")
+    fresh = PullLogStd(target=1.0, coef=1.0)
+    loaded = MoEPPO.load(tmp_path / "m.zip", regularizers=[fresh], device="cpu")
+    assert loaded.regularizers == [fresh] and fresh.calls["start"] == 1
+    assert MoEPPO.load(tmp_path / "m.zip", device="cpu").regularizers == []

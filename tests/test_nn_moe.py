@@ -1,0 +1,126 @@
+"""Vectorized MoE forward against a per-sample reference; gradients; Phi accessor."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rl_moe.nn import NETWORK_KINDS, NetConfig, build_network
+from rl_moe.nn.experts import StackedExperts, segment_matmul
+
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def _expert_mlp(experts: StackedExperts, e: int, x: torch.Tensor) -> torch.Tensor:
+    """One sample (in,) through expert e, written as plain per-layer algebra."""
+    h = x
+    act = torch.relu if experts.activation == "relu" else torch.tanh
+    for layer in range(len(experts.hidden_dims)):
+        z = h @ experts.weights[layer][e] + experts.biases[layer][e]
+        if experts.layer_norm:
+            z = (z - z.mean()) / torch.sqrt(z.var(unbiased=False) + 1e-5)
+            z = z * experts.ln_weights[layer][e] + experts.ln_biases[layer][e]
+        h = act(z)
+    return h @ experts.weights[-1][e] + experts.biases[-1][e]
+
+
+def _reference(net, x: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    kind = net.cfg.kind
+    outs = []
+    for i in range(x.shape[0]):
+        if kind == "mlp":
+            outs.append(_expert_mlp(net.experts, 0, x[i]))
+            continue
+        if kind == "soft":
+            tokens = (x[i] @ net.tokenizer.weight.T + net.tokenizer.bias).view(net.n_experts, -1)
+            scores = tokens @ net.slot_keys / net.cfg.temperature
+            slots = torch.softmax(scores, 0).T @ tokens  # (E, d)
+            cbar = torch.softmax(scores, 1).mean(0)
+            outs.append(sum(cbar[e] * _expert_mlp(net.experts, e, slots[e]) for e in range(net.n_experts)))
+            continue
+        y = sum(probs[i, e] * _expert_mlp(net.experts, e, x[i]) for e in range(probs.shape[1]) if probs[i, e] > 0)
+        if kind == "ds":
+            y = y + sum(_expert_mlp(net.shared, s, x[i]) for s in range(net.cfg.n_shared))
+        outs.append(y)
+    return torch.stack(outs)
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+@pytest.mark.parametrize("kind", NETWORK_KINDS)
+def test_vectorized_equals_per_sample_reference(kind, layer_norm):
+    torch.manual_seed(0)
+    cfg = NetConfig(kind=kind, n_experts=5, top_k=2, hidden=(12, 10, 8), gate_hidden=(9,), layer_norm=layer_norm, temperature=0.8)
+    net = build_network(7, 3, cfg)
+    x = torch.randn(23, 7)
+    out = net(x)
+    ref = _reference(net, x, out.probs)
+    assert torch.allclose(out.out, ref, atol=1e-10), (out.out - ref).abs().max()
+    # float32 path as used in training, to about 1e-6.
+    net32 = build_network(7, 3, cfg).float()
+    net32.load_state_dict({k: v.float() for k, v in net.state_dict().items()})
+    assert torch.allclose(net32(x.float()).out.double(), ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["topk", "dense_moe", "expert_choice", "ds", "soft"])
+def test_gradients_reach_gate_and_every_selected_expert(kind):
+    torch.manual_seed(1)
+    net = build_network(6, 2, NetConfig(kind=kind, n_experts=4, top_k=2, hidden=(8, 8), gate_hidden=(8,)))
+    x = torch.randn(64, 6)
+    out = net(x)
+    out.out.pow(2).sum().backward()
+    gate_params = list(net.gate.parameters()) if hasattr(net, "gate") else [net.tokenizer.weight, net.slot_keys]
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in gate_params)
+    selected = out.probs.gt(0).any(0)  # experts used by at least one state
+    for w in net.experts.weights:
+        per_expert = w.grad.flatten(1).abs().sum(1)
+        assert torch.all(per_expert[selected] > 0)
+        assert torch.all(per_expert[~selected] == 0)
+
+
+def test_unselected_expert_gets_no_gradient_and_no_compute():
+    torch.manual_seed(2)
+    net = build_network(4, 1, NetConfig(kind="topk", n_experts=6, top_k=1, hidden=(5,), gate_hidden=(3,)))
+    with torch.no_grad():
+        net.gate.logits.weight.zero_()
+        net.gate.logits.bias.copy_(torch.tensor([0.0, 9.0, 0.0, 0.0, 0.0, 0.0]))
+    out = net(torch.randn(10, 4))
+    assert out.groups[0].dispatch.counts == (0, 10, 0, 0, 0, 0)
+    out.out.sum().backward()
+    g = net.experts.weights[0].grad.flatten(1).abs().sum(1)
+    assert g[1] > 0 and torch.all(g[[0, 2, 3, 4, 5]] == 0)
+
+
+def test_segment_matmul_matches_loop_including_empty_segments():
+    torch.manual_seed(3)
+    for n_experts in (3, 40):  # the second one takes the grouped kernel where available
+        counts = tuple(int(c) for c in torch.randint(0, 4, (n_experts,)))
+        x = torch.randn(sum(counts), 8, dtype=torch.float32)
+        w = torch.randn(n_experts, 8, 4, dtype=torch.float32)
+        ref = torch.cat([xb @ w[e] for e, xb in enumerate(torch.split(x, counts))])
+        assert torch.allclose(segment_matmul(x, w, counts), ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", NETWORK_KINDS)
+def test_phi_has_routing_weighted_blocks(kind):
+    torch.manual_seed(4)
+    net = build_network(5, 2, NetConfig(kind=kind, n_experts=3, top_k=2, hidden=(4, 6), gate_hidden=(4,)))
+    out = net(torch.randn(9, 5))
+    phi = out.phi()
+    group = out.groups[-1]
+    h = group.dispatch.n_experts
+    assert phi.shape == (9, sum(g.dispatch.n_experts * g.expert.hidden[-1].shape[1] for g in out.groups))
+    # Routed block of the last group for one (state, expert) pair equals weight * feature.
+    d = group.dispatch
+    r = 0
+    i, e = int(d.sample_idx[r]), int(d.expert_idx[r])
+    width = group.expert.hidden[-1].shape[1]
+    offset = phi.shape[1] - h * width
+    block = phi[i, offset + e * width : offset + (e + 1) * width]
+    assert torch.allclose(block, d.weight[r] * group.expert.hidden[-1][r])
+    assert torch.allclose(out.phi(weighted=False)[i, offset + e * width : offset + (e + 1) * width], group.expert.hidden[-1][r])
