@@ -1,0 +1,89 @@
+"""Gradient of the actor loss for ``plasticity/grad_norm`` and the SD-MoE gradient subspaces.
+
+PPO: the clipped surrogate plus the entropy term (SPEC §2's L_actor) on states sampled from the
+latest rollout (advantages exist only there), evaluated right after collection, where the ratio is
+1. TD3: -Q1(s, pi(s)) on the probe states. Gradients come from ``torch.autograd.grad``, so the
+parameters' ``.grad`` and the optimizer are untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from torch import Tensor
+
+from rl_moe.diagnostics.views import NetView
+
+
+class ActorGrad(NamedTuple):
+    """Actor-loss gradient summary."""
+
+    norm: float  # L2 norm over the actor network's parameters (log-std excluded)
+    expert_grads: list[Tensor | None]  # per linear layer of the routed experts, (E, in, out)
+
+
+def ppo_actor_loss(model: BaseAlgorithm, obs: Tensor, n_states: int, generator: torch.Generator) -> Tensor | None:
+    """L_actor = clipped surrogate + ent_coef * entropy loss on up to ``n_states`` rollout samples."""
+    buf = getattr(model, "rollout_buffer", None)
+    if buf is None or not buf.full:
+        return None
+    size = buf.buffer_size * buf.n_envs
+    idx = torch.randperm(size, generator=generator)[: min(n_states, size)].numpy()
+    flat = lambda a: a.reshape(size, *a.shape[2:])[idx] if not buf.generator_ready else a[idx]
+    policy = model.policy
+    obs_t = torch.as_tensor(flat(buf.observations), device=policy.device)
+    actions = torch.as_tensor(flat(buf.actions), device=policy.device)
+    if isinstance(model.action_space, spaces.Discrete):
+        actions = actions.long().flatten()
+    old_log_prob = torch.as_tensor(flat(buf.log_probs), device=policy.device).flatten()
+    adv = torch.as_tensor(flat(buf.advantages), device=policy.device).flatten()
+    if getattr(model, "normalize_advantage", True) and adv.numel() > 1:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    _, log_prob, entropy = policy.evaluate_actions(obs_t, actions)
+    ratio = torch.exp(log_prob - old_log_prob)
+    clip = model.clip_range(model._current_progress_remaining) if callable(getattr(model, "clip_range", None)) else 0.2
+    policy_loss = -torch.min(adv * ratio, adv * torch.clamp(ratio, 1 - clip, 1 + clip)).mean()
+    entropy_loss = -torch.mean(entropy) if entropy is not None else -torch.mean(-log_prob)
+    return policy_loss + float(getattr(model, "ent_coef", 0.0)) * entropy_loss
+
+
+def td3_actor_loss(model: BaseAlgorithm, obs: Tensor, n_states: int, generator: torch.Generator) -> Tensor | None:
+    """-Q1(s, pi(s)) on the probe states."""
+    policy = model.policy
+    critic = getattr(policy, "critic", None)
+    if critic is None or not hasattr(critic, "q1_forward"):
+        return None
+    return -critic.q1_forward(obs, policy.actor(obs)).mean()
+
+
+#: Actor losses by learner family.
+ACTOR_LOSSES: dict[str, Callable[[BaseAlgorithm, Tensor, int, torch.Generator], Tensor | None]] = {
+    "on_policy": ppo_actor_loss,
+    "off_policy": td3_actor_loss,
+}
+
+
+def learner_family(model: BaseAlgorithm) -> str:
+    return "on_policy" if isinstance(model, OnPolicyAlgorithm) else "off_policy"
+
+
+def actor_grad(model: BaseAlgorithm, view: NetView, obs: Tensor, n_states: int = 256, seed: int = 0) -> ActorGrad | None:
+    """Gradient of the actor loss w.r.t. the actor network (None when no loss is available yet)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.enable_grad():
+        loss = ACTOR_LOSSES[learner_family(model)](model, obs, n_states, gen)
+        if loss is None:
+            return None
+        params = [p for p in view.module.parameters() if p.requires_grad]
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+    by_id = {id(p): g for p, g in zip(params, grads)}
+    sq = [g.detach().to(torch.float64).pow(2).sum() for g in grads if g is not None]
+    norm = float(torch.stack(sq).sum().sqrt()) if sq else 0.0
+    experts = getattr(view.module, "experts", None)
+    weights = list(getattr(experts, "weights", []))
+    return ActorGrad(norm, [by_id.get(id(w)) for w in weights])

@@ -1,0 +1,217 @@
+"""``PlasticityProbe``: an SB3 callback logging the diagnostics on a fixed held-out state batch.
+
+The batch is saved as ``probe_states.pt`` (a float tensor (N, obs_dim)) in the run folder and
+reloaded when present, so every checkpoint and method of a study is probed on the same states.
+The probe runs at the end of a rollout once ``probe_every`` env steps have passed (for PPO the
+rollout buffer then holds advantages, used by ``plasticity/grad_norm``), records the scalars with
+``self.logger.record`` and dumps them at x = ``num_timesteps``. Expensive families have their own
+intervals (0 disables them). Dense policies (SB3 ``MlpPolicy``) get the plasticity metrics only.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+from torch import Tensor
+
+from rl_moe.diagnostics.actor_grad import actor_grad, learner_family
+from rl_moe.diagnostics.slq import SlqConfig
+from rl_moe.diagnostics.suite import (
+    coupling_group,
+    entk_rank,
+    plasticity_group,
+    routing_group,
+    slq_group,
+    spectral_group,
+)
+from rl_moe.diagnostics.views import actor_view, critic_view
+
+PROBE_FILE = "probe_states.pt"
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """When and on what the probe runs.
+
+    :param probe_every: env steps between probes of the core plasticity and routing metrics
+    :param n_states: held-out batch size N (also the rollout sample size for the online probe)
+    :param spectral_every: env steps between SD-MoE / MSO / DSC / SSMoE metrics (0 = off); a
+        multiple of ``probe_every`` keeps them on the same x positions
+    :param slq_every: env steps between SLQ estimates of r_e(K) (0 = off; seconds per call)
+    :param coupling_every: env steps between gate-expert Gauss-Newton coupling (0 = off)
+    :param critic: also log the critic eNTK rank (``plasticity/critic_entk_rank``)
+    :param online: also probe N states from the latest rollout / replay data (``_online`` tags)
+    :param knn: neighbours for ``routing/knn_jaccard``
+    :param slq: SLQ probes and Lanczos steps
+    :param seed: seed of the state sampling and SLQ probes
+    """
+
+    probe_every: int = 10_000
+    n_states: int = 256
+    spectral_every: int = 50_000
+    slq_every: int = 0
+    coupling_every: int = 0
+    critic: bool = True
+    online: bool = False
+    knn: int = 10
+    slq: SlqConfig = field(default_factory=SlqConfig)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("probe_every", "n_states"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("spectral_every", "slq_every", "coupling_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0 disables), got {getattr(self, name)}")
+
+
+def load_or_create_states(path: Path, make: Callable[[], Tensor]) -> Tensor:
+    """Reload the probe batch from ``path`` or build it with ``make()`` and save it there."""
+    if path.exists():
+        return torch.load(path, map_location="cpu", weights_only=True)
+    states = make().detach().to("cpu", torch.float32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(states, path)
+    return states
+
+
+def collect_states(env, n_states: int, seed: int = 0) -> Tensor:
+    """Observations from uniformly random actions in a gymnasium env (e.g. a held-out task).
+
+    :param env: a gymnasium ``Env`` (not vectorized)
+    """
+    obs, _ = env.reset(seed=seed)
+    env.action_space.seed(seed)
+    rows = []
+    while len(rows) < n_states:
+        rows.append(np.asarray(obs, dtype=np.float32).reshape(-1))
+        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            obs, _ = env.reset()
+    return torch.as_tensor(np.stack(rows))
+
+
+def _buffer_states(model, n_states: int, gen: torch.Generator) -> Tensor | None:
+    """N observations from the latest rollout (PPO) or the most recent replay data (TD3)."""
+    buf = getattr(model, "rollout_buffer", None) or getattr(model, "replay_buffer", None)
+    if buf is None or isinstance(buf.observations, dict):  # dict observations are not supported
+        return None
+    if hasattr(buf, "pos") and not getattr(buf, "full", False) and buf.pos == 0:
+        return None
+    filled = buf.buffer_size if getattr(buf, "full", False) else buf.pos
+    obs = buf.observations[:filled] if not getattr(buf, "generator_ready", False) else buf.observations
+    flat = obs.reshape(-1, *model.observation_space.shape) if hasattr(model.observation_space, "shape") else obs
+    if learner_family(model) == "off_policy":
+        flat = flat[-n_states:]
+    idx = torch.randperm(flat.shape[0], generator=gen)[:n_states].numpy()
+    return torch.as_tensor(np.asarray(flat[idx], dtype=np.float32))
+
+
+class PlasticityProbe(BaseCallback):
+    """Logs ``plasticity/``, ``routing/`` and ``spectral/`` diagnostics during ``learn``.
+
+    :param run_dir: folder holding ``probe_states.pt`` (created if missing); None keeps the batch
+        in memory only
+    :param states: explicit probe states (N, obs_dim), e.g. from :func:`collect_states` on a
+        held-out task; saved to ``run_dir`` when that file does not exist yet. Without either, the
+        first rollout's observations become the probe batch.
+    :param config: :class:`ProbeConfig`
+    """
+
+    def __init__(self, run_dir: str | Path | None = None, states: Tensor | None = None, config: ProbeConfig = ProbeConfig(), verbose: int = 0) -> None:
+        super().__init__(verbose)
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.config = config
+        self._given = states
+        self.states: Tensor | None = None
+        self._last: dict[str, int] = {}
+        self.seconds = 0.0  # wall time spent probing, for cost accounting
+        self.last_values: dict[str, float] = {}
+
+    def _on_training_start(self) -> None:
+        path = self.run_dir / PROBE_FILE if self.run_dir is not None else None
+        if path is not None and path.exists():
+            self.states = load_or_create_states(path, lambda: self._given)
+        elif self._given is not None:
+            self.states = self._given.detach().to("cpu", torch.float32)
+            if path is not None:
+                load_or_create_states(path, lambda: self.states)
+        # Steps are counted from the last probe, so a resumed learn() continues the schedule.
+        for key in ("core", "spectral", "slq", "coupling"):
+            self._last.setdefault(key, -(10**18))
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _due(self, key: str, every: int) -> bool:
+        return every > 0 and self.num_timesteps - self._last[key] >= every
+
+    def _on_rollout_end(self) -> None:
+        if self._due("core", self.config.probe_every):
+            self.probe()
+
+    def _ensure_states(self) -> Tensor | None:
+        if self.states is None:
+            gen = torch.Generator().manual_seed(self.config.seed)
+            found = _buffer_states(self.model, self.config.n_states, gen)
+            if found is None:
+                return None
+            self.states = found
+            if self.run_dir is not None:
+                self.states = load_or_create_states(self.run_dir / PROBE_FILE, lambda: found)
+        return self.states
+
+    def compute(self) -> dict[str, float]:
+        """All due metrics at the current step, as ``{tag: value}`` (updates the schedule)."""
+        cfg, policy = self.config, self.model.policy
+        states = self._ensure_states()
+        if states is None:
+            return {}
+        obs = states[: cfg.n_states].to(policy.device)
+        view = actor_view(policy)
+        values = plasticity_group(view, obs)
+        values.update(routing_group(view, obs, cfg.knn))
+        grad = actor_grad(self.model, view, obs, cfg.n_states, cfg.seed)
+        if grad is not None:
+            values["plasticity/grad_norm"] = grad.norm
+        critic = critic_view(policy) if cfg.critic else None
+        if critic is not None:
+            values["plasticity/critic_entk_rank"] = entk_rank(critic, obs)
+        if cfg.online:
+            online = _buffer_states(self.model, cfg.n_states, torch.Generator().manual_seed(cfg.seed + self.num_timesteps))
+            if online is not None:
+                online = online.to(policy.device)
+                values.update(plasticity_group(view, online, suffix="_online"))
+                values.update(routing_group(view, online, cfg.knn, suffix="_online"))
+        if self._due("spectral", cfg.spectral_every):
+            values.update(spectral_group(view, obs, grad.expert_grads if grad is not None else None))
+            self._last["spectral"] = self.num_timesteps
+        if self._due("slq", cfg.slq_every):
+            values.update(slq_group(view, obs, cfg.slq))
+            self._last["slq"] = self.num_timesteps
+        if self._due("coupling", cfg.coupling_every):
+            values.update(coupling_group(view, obs))
+            self._last["coupling"] = self.num_timesteps
+        self._last["core"] = self.num_timesteps
+        return values
+
+    def probe(self) -> dict[str, float]:
+        """Compute, record and dump the due metrics; returns the finite values logged."""
+        start = time.perf_counter()
+        values = {k: float(v) for k, v in self.compute().items() if math.isfinite(float(v))}
+        for tag, value in values.items():
+            self.logger.record(tag, value)
+        self.seconds += time.perf_counter() - start
+        if values:
+            self.logger.record("time/probe_seconds", self.seconds)
+            self.logger.dump(self.num_timesteps)
+        self.last_values = values
+        return values

@@ -1,0 +1,136 @@
+"""Assembling the report: tables, robust aggregates, CL metrics and figures into report.md/.html."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rl_moe.report.loading import ReportError, RunSet, load_runs
+from rl_moe.report.render import Block, Heading, Image, Paragraph, to_html, to_markdown
+from rl_moe.report.scalars import PLASTICITY_TAGS, TAG_LABELS, Curve, load_scalars
+from rl_moe.report.tables import (
+    Context,
+    cl_table,
+    contexts,
+    gap_table,
+    incomplete_runs,
+    method_order,
+    robust_table,
+    success_table,
+    summary_lines,
+)
+
+MISSING_MATPLOTLIB = "Figures skipped: matplotlib is not installed (pip install 'rl_moe[report]')."
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """What to compare and how.
+
+    :param baseline: the reference method of comparisons (the paper's Top-K MoE)
+    :param method: the method compared against it (the paper's SPHERE)
+    :param reps: bootstrap replicas for confidence intervals
+    :param plasticity_tags: TensorBoard tags plotted with seed bands
+    """
+
+    baseline: str = "topk"
+    method: str = "sphere"
+    reps: int = 10_000
+    plasticity_tags: tuple[str, ...] = PLASTICITY_TAGS
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """Paths written by :func:`build_report`."""
+
+    markdown: Path
+    html: Path
+    figures: tuple[Path, ...]
+
+
+def _figures(ctx: Context, opts: ReportOptions, out: Path, scalars: dict[Path, dict[str, Curve]]) -> list[Block]:
+    try:
+        from rl_moe.report.plots import eval_curve, plot_bands, plot_success, slug
+    except ImportError:
+        return [Paragraph(MISSING_MATPLOTLIB)]
+    blocks: list[Block] = []
+    spt = ctx.steps_per_task
+    for protocol, by_method in ctx.runs.items():
+        methods = method_order(list(by_method), opts.baseline, opts.method)
+        name = slug("success", ctx.suite, ctx.algo, protocol) + ".png"
+        if plot_success(ctx, protocol, methods, out / name):
+            blocks.append(Image(name, f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: success per task (bars: own segment, mean ± std; black ticks: final checkpoint)"))
+        curves = {m: [eval_curve(r) for r in by_method[m]] for m in methods}
+        name = slug("eval", ctx.suite, ctx.algo, protocol) + ".png"
+        title = f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: current-task success over training"
+        if plot_bands(curves, title, TAG_LABELS["eval/success"], out / name, len(ctx.tasks), spt):
+            blocks.append(Image(name, title + " (mean ± std over seeds)"))
+        for tag in opts.plasticity_tags:
+            curves = {m: [scalars[r.path][tag] for r in by_method[m] if tag in scalars[r.path]] for m in methods}
+            name = slug(tag.replace("/", "-"), ctx.suite, ctx.algo, protocol) + ".png"
+            title = f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {tag}"
+            if plot_bands(curves, title, TAG_LABELS.get(tag, tag), out / name, len(ctx.tasks), spt):
+                blocks.append(Image(name, title + " over training (mean ± std over seeds; dashed lines: task boundaries)"))
+    return blocks
+
+
+def report_blocks(runset: RunSet, opts: ReportOptions, out: Path) -> list[Block]:
+    """Every section of the report; figures are written into ``out`` as a side effect."""
+    scalars = {r.path: load_scalars(r.path, prefixes=tuple(opts.plasticity_tags)) for r in runset.runs}
+    blocks: list[Block] = [Heading("rl_moe report", 1)]
+    n_runs = len(runset.runs)
+    blocks.append(Paragraph(f"{n_runs} runs in {len(runset.groups)} groups (suite / algo / method / protocol). Standard deviations are over seeds (ddof=0); CIs are 95% percentile intervals of a bootstrap over runs stratified by task ({opts.reps} replicas)."))
+    for ctx in contexts(runset):
+        blocks.append(Heading(f"{ctx.suite} / {ctx.algo}", 2))
+        blocks.extend(Paragraph(line) for line in summary_lines(ctx, opts.baseline, opts.method))
+        blocks.append(Heading("Per-task success", 3))
+        for protocol in ("rl", "crl"):
+            table = success_table(ctx, protocol, "own", opts.baseline, opts.method)
+            if table:
+                blocks.append(table)
+        table = gap_table(ctx, opts.baseline, opts.method)
+        if table:
+            blocks.append(table)
+        table = success_table(ctx, "crl", "final", opts.baseline, opts.method)
+        if table:
+            blocks.append(table)
+        blocks.append(Heading("Robust aggregates", 3))
+        for protocol in ("rl", "crl"):
+            table = robust_table(ctx, protocol, opts.baseline, opts.method, opts.reps)
+            if table:
+                blocks.append(table)
+        table = cl_table(ctx, opts.baseline, opts.method)
+        if table:
+            blocks.append(Heading("Continual World metrics", 3))
+            blocks.append(table)
+        blocks.append(Heading("Figures", 3))
+        blocks.extend(_figures(ctx, opts, out, scalars))
+    notes = incomplete_runs(runset) + [f"{p}: left out, {why}" for p, why in runset.dropped]
+    if notes:
+        blocks.append(Heading("Notes", 2))
+        blocks.append(Paragraph("Incomplete or left-out runs (incomplete runs count only in the per-task cells they evaluated):"))
+        blocks.extend(Paragraph(f"- {n}") for n in notes)
+    return blocks
+
+
+def build_report(paths: list[Path], out: Path, opts: ReportOptions = ReportOptions(), required: tuple[str, ...] = ()) -> ReportFiles:
+    """Load every run under ``paths`` and write ``report.md``, ``report.html`` and PNG figures to ``out``.
+
+    :param paths: run folders or their parents (searched recursively for ``results.json``)
+    :param out: output folder (created)
+    :param opts: comparison options
+    :param required: method names that must be present (those the user named explicitly)
+    :raises ReportError: no runs, unreadable or incompatible runs, or an unknown method
+    """
+    runset = load_runs(paths)
+    methods = sorted({k.method for k in runset.groups})
+    for name in required:
+        if name not in methods:
+            raise ReportError(f"unknown method {name!r}; valid choices (methods found): {', '.join(methods)}")
+    out.mkdir(parents=True, exist_ok=True)
+    blocks = report_blocks(runset, opts, out)
+    md, html = out / "report.md", out / "report.html"
+    md.write_text(to_markdown(blocks))
+    html.write_text(to_html(blocks, "rl_moe report"))
+    figures = tuple(out / b.path for b in blocks if isinstance(b, Image))
+    return ReportFiles(md, html, figures)

@@ -1,0 +1,225 @@
+"""Finding and validating run folders (``results.json`` schema 1, see the team contract).
+
+A run folder holds ``results.json``, ``config.json`` and TensorBoard event files. Runs are grouped
+by (suite, algo, method, protocol); seeds of a group are what tables and bands aggregate over.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+RESULTS_FILE = "results.json"
+PROTOCOLS = ("crl", "rl")
+ALGOS = ("ppo", "td3")
+REQUIRED_KEYS: dict[str, type | tuple[type, ...]] = {
+    "schema": int,
+    "suite": str,
+    "algo": str,
+    "method": str,
+    "protocol": str,
+    "seed": int,
+    "tasks": list,
+    "steps_per_task": int,
+    "finished_tasks": int,
+    "complete": bool,
+    "success_matrix": list,
+    "own_success": list,
+    "final_success": list,
+}
+
+
+class ReportError(ValueError):
+    """A user-facing problem with the run folders (reported as one line, exit code 2)."""
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """Identity of a group of seeds."""
+
+    suite: str
+    algo: str
+    method: str
+    protocol: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run folder's results.
+
+    :param path: the run folder (parent of ``results.json``)
+    :param key: suite/algo/method/protocol
+    :param seed: the run's seed
+    :param tasks: task names in training order
+    :param steps_per_task: env steps per task segment
+    :param complete: every task finished
+    :param own: success on task i right after its own segment (NaN if not evaluated)
+    :param final: success of the final checkpoint on every task (NaN if not evaluated)
+    :param matrix: success matrix, rows = checkpoint after task i, cols = task j (NaN = missing)
+    :param eval_curves: task -> (global steps, success) of the periodic evaluation
+    :param stored_cl: the ``cl_metrics`` the run wrote itself
+    :param segments: (first, last) global step of each task's segment; default ``i·steps_per_task``
+    """
+
+    path: Path
+    key: RunKey
+    seed: int
+    tasks: tuple[str, ...]
+    steps_per_task: int
+    complete: bool
+    own: tuple[float, ...]
+    final: tuple[float, ...]
+    matrix: tuple[tuple[float, ...], ...]
+    eval_curves: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = field(default_factory=dict)
+    stored_cl: dict[str, Any] = field(default_factory=dict)
+    segments: tuple[tuple[int, int], ...] = ()
+
+    def segment_start(self, i: int) -> int:
+        """First global step of task ``i``'s training segment."""
+        return self.segments[i][0] if i < len(self.segments) else i * self.steps_per_task
+
+
+def _num(x: Any) -> float:
+    return float("nan") if x is None else float(x)
+
+
+def _padded(values: list[Any], n: int, where: str) -> tuple[float, ...]:
+    if not isinstance(values, list) or len(values) > n:
+        raise ReportError(f"{where}: expected a list of at most {n} numbers, got {values!r:.60}")
+    return tuple(_num(v) for v in values) + (float("nan"),) * (n - len(values))
+
+
+def parse_results(data: Any, path: Path) -> Run:
+    """Validate one ``results.json`` payload and turn it into a :class:`Run`.
+
+    :param data: the decoded JSON
+    :param path: the file it came from (for messages)
+    """
+    if not isinstance(data, dict):
+        raise ReportError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    if data.get("schema") != SCHEMA_VERSION:
+        raise ReportError(f"{path}: unsupported schema {data.get('schema')!r}; valid choices: {SCHEMA_VERSION}")
+    for name, kind in REQUIRED_KEYS.items():
+        if name not in data:
+            raise ReportError(f"{path}: missing key {name!r} (schema {SCHEMA_VERSION} needs: {', '.join(REQUIRED_KEYS)})")
+        if not isinstance(data[name], kind) or (kind is int and isinstance(data[name], bool)):
+            raise ReportError(f"{path}: key {name!r} has type {type(data[name]).__name__}, expected {getattr(kind, '__name__', kind)}")
+    for name, valid in (("protocol", PROTOCOLS), ("algo", ALGOS)):
+        if data[name] not in valid:
+            raise ReportError(f"{path}: unknown {name} {data[name]!r}; valid choices: {', '.join(valid)}")
+    tasks = tuple(str(t) for t in data["tasks"])
+    n = len(tasks)
+    if n == 0:
+        raise ReportError(f"{path}: empty task list")
+    rows = data["success_matrix"]
+    if len(rows) > n:
+        raise ReportError(f"{path}: success_matrix has {len(rows)} rows for {n} tasks")
+    matrix = tuple(_padded(r, n, f"{path}: success_matrix row {i}") for i, r in enumerate(rows))
+    matrix += tuple((float("nan"),) * n for _ in range(n - len(rows)))
+    curves = {}
+    for task, curve in (data.get("eval_curves") or {}).items():
+        steps, succ = curve.get("steps", []), curve.get("success", [])
+        if len(steps) != len(succ):
+            raise ReportError(f"{path}: eval_curves[{task!r}] has {len(steps)} steps but {len(succ)} values")
+        curves[str(task)] = (tuple(float(s) for s in steps), tuple(_num(v) for v in succ))
+    return Run(
+        path=path.parent,
+        key=RunKey(data["suite"], data["algo"], data["method"], data["protocol"]),
+        seed=data["seed"],
+        tasks=tasks,
+        steps_per_task=data["steps_per_task"],
+        complete=data["complete"],
+        own=_padded(data["own_success"], n, f"{path}: own_success"),
+        final=_padded(data["final_success"], n, f"{path}: final_success"),
+        matrix=matrix,
+        eval_curves=curves,
+        stored_cl=dict(data.get("cl_metrics") or {}),
+        segments=tuple((int(a), int(b)) for a, b in data.get("task_segments") or ()),
+    )
+
+
+def find_results(paths: list[Path]) -> list[Path]:
+    """Every ``results.json`` under ``paths`` (a path may also be a results file itself)."""
+    found: list[Path] = []
+    for p in paths:
+        if not p.exists():
+            raise ReportError(f"no such run folder: {p}")
+        if p.is_file():
+            if p.name != RESULTS_FILE:
+                raise ReportError(f"{p}: not a run folder or {RESULTS_FILE}")
+            found.append(p)
+        else:
+            found.extend(sorted(p.rglob(RESULTS_FILE)))
+    unique = sorted({f.resolve() for f in found})
+    if not unique:
+        raise ReportError(f"no {RESULTS_FILE} found under: {', '.join(str(p) for p in paths)}")
+    return unique
+
+
+@dataclass(frozen=True)
+class RunSet:
+    """Runs grouped by key, plus what was set aside.
+
+    :param groups: key -> runs sorted by seed
+    :param dropped: (folder, reason) of runs left out (duplicated seeds)
+    """
+
+    groups: dict[RunKey, tuple[Run, ...]]
+    dropped: tuple[tuple[Path, str], ...]
+
+    @property
+    def runs(self) -> list[Run]:
+        return [r for runs in self.groups.values() for r in runs]
+
+
+def _preference(run: Run) -> tuple[bool, int, str]:
+    finished = sum(not math.isnan(v) for v in run.own)
+    return (run.complete, finished, run.path.name)
+
+
+def load_runs(paths: list[Path]) -> RunSet:
+    """Load, validate and group every run under ``paths``.
+
+    Runs of one suite must share the task list and the steps per task. When a seed appears twice
+    in a group (a re-run in a new timestamped folder), the most complete and then newest is kept.
+
+    :param paths: run folders, parent folders, or ``results.json`` files
+    """
+    runs = []
+    for f in find_results(paths):
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ReportError(f"{f}: unreadable results ({exc})") from None
+        runs.append(parse_results(data, f))
+    by_suite: dict[str, Run] = {}
+    for r in runs:
+        ref = by_suite.setdefault(r.key.suite, r)
+        if r.tasks != ref.tasks:
+            raise ReportError(
+                f"incompatible runs in suite {r.key.suite!r}: {r.path} has tasks {list(r.tasks)} but {ref.path} has {list(ref.tasks)}"
+            )
+        if r.steps_per_task != ref.steps_per_task:
+            raise ReportError(
+                f"incompatible runs in suite {r.key.suite!r}: {r.path} has steps_per_task {r.steps_per_task} but {ref.path} has {ref.steps_per_task}"
+            )
+    chosen: dict[tuple[RunKey, int], Run] = {}
+    dropped = []
+    for r in sorted(runs, key=_preference, reverse=True):
+        slot = (r.key, r.seed)
+        if slot in chosen:
+            dropped.append((r.path, f"seed {r.seed} duplicated by {chosen[slot].path}"))
+        else:
+            chosen[slot] = r
+    groups: dict[RunKey, list[Run]] = {}
+    for (key, _), r in chosen.items():
+        groups.setdefault(key, []).append(r)
+    ordered = {
+        k: tuple(sorted(v, key=lambda r: r.seed))
+        for k, v in sorted(groups.items(), key=lambda kv: (kv[0].suite, kv[0].algo, kv[0].protocol, kv[0].method))
+    }
+    return RunSet(groups=ordered, dropped=tuple(sorted(dropped)))

@@ -1,0 +1,109 @@
+"""Figures: plasticity curves with seed bands (SPHERE paper Figure 3) and success over tasks.
+
+Needs matplotlib (the ``report`` extra).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: the report never opens a window
+import matplotlib.pyplot as plt
+import numpy as np
+
+from rl_moe.report.loading import Run
+from rl_moe.report.scalars import Curve, seed_band
+from rl_moe.report.tables import Context, per_task
+
+
+def slug(*parts: str) -> str:
+    """A file-name-safe name from parts."""
+    return "_".join(re.sub(r"[^A-Za-z0-9._-]+", "-", p).strip("-") for p in parts)
+
+
+def _task_boundaries(ax: plt.Axes, n_tasks: int, steps_per_task: int, xmax: float) -> None:
+    for i in range(1, n_tasks):
+        x = i * steps_per_task
+        if x < xmax:
+            ax.axvline(x, color="0.8", lw=0.8, ls="--", zorder=0)
+
+
+def _save(fig: plt.Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_bands(
+    curves: dict[str, list[Curve]], title: str, ylabel: str, path: Path, n_tasks: int, steps_per_task: int
+) -> Path | None:
+    """One line per method with a mean ± std band over seeds; dashed lines mark task boundaries.
+
+    :param curves: method -> one curve per seed
+    :param title: figure title
+    :param ylabel: y-axis label
+    :param path: PNG to write
+    :param n_tasks: tasks in the suite
+    :param steps_per_task: env steps per task (boundary positions)
+    """
+    bands = {m: seed_band(c) for m, c in curves.items()}
+    bands = {m: b for m, b in bands.items() if b.n}
+    if not bands:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 4.0))
+    xmax = 0.0
+    for m, b in bands.items():
+        (line,) = ax.plot(b.grid, b.mean, label=f"{m} (n={b.n})", lw=1.6)
+        ax.fill_between(b.grid, b.mean - b.std, b.mean + b.std, color=line.get_color(), alpha=0.2, lw=0)
+        xmax = max(xmax, float(b.grid[-1]))
+    _task_boundaries(ax, n_tasks, steps_per_task, xmax)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def eval_curve(run: Run) -> Curve:
+    """The run's periodic current-task evaluations as one curve over global steps."""
+    pts = sorted((s, v) for steps, vals in run.eval_curves.values() for s, v in zip(steps, vals) if np.isfinite(v))
+    if not pts:
+        return Curve(np.empty(0), np.empty(0))
+    arr = np.array(pts)
+    return Curve(arr[:, 0], arr[:, 1])
+
+
+def plot_success(ctx: Context, protocol: str, methods: Sequence[str], path: Path) -> Path | None:
+    """Per-task success (mean ± std over seeds) after each task's own segment; dashed = final checkpoint."""
+    by_method = ctx.runs.get(protocol, {})
+    methods = [m for m in methods if m in by_method]
+    if not methods:
+        return None
+    x = np.arange(len(ctx.tasks))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(x) + 2), 4.2))
+    width = 0.8 / len(methods)
+    for k, m in enumerate(methods):
+        own = per_task(by_method[m], "own")
+        mean = np.array([c.mean for c in own.cells])
+        std = np.array([c.std for c in own.cells])
+        xs = x - 0.4 + width * (k + 0.5)
+        ax.bar(xs, mean, width, yerr=std, capsize=2, label=f"{m} own segment", alpha=0.85)
+        if protocol == "crl":
+            final = np.array([c.mean for c in per_task(by_method[m], "final").cells])
+            if np.isfinite(final).any():
+                # a black bar-wide tick per task: the final checkpoint's success on that task
+                ax.scatter(xs, final, marker="_", s=900 * width, color="k", zorder=3, label="final checkpoint" if k == 0 else None)
+    ax.set_xticks(x, ctx.tasks, rotation=35, ha="right", fontsize=8)
+    ax.set_ylim(0, 1.3)
+    ax.set_yticks(np.linspace(0, 1, 6))
+    ax.set_ylabel("success")
+    ax.set_title(f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: success per task")
+    ax.legend(fontsize=7, ncol=3, loc="upper left")
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)

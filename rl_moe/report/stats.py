@@ -1,0 +1,205 @@
+"""Aggregate statistics: mean ± std over seeds, robust aggregates, Continual World metrics.
+
+Robust aggregates follow Agarwal et al. 2021 ("Deep RL at the Edge of the Statistical Precipice",
+arXiv:2108.13264): the interquartile mean (IQM) of all run×task scores, percentile confidence
+intervals from a bootstrap over runs stratified by task, and the probability of improvement
+P(X > Y) (Mann-Whitney statistic averaged over tasks). Continual World metrics follow Wolczyk et
+al. 2021 (arXiv:2105.10919).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+
+class MeanStd(NamedTuple):
+    """Mean and population std (ddof=0, as in the SPHERE paper's tables) over the finite values."""
+
+    mean: float
+    std: float
+    n: int
+
+
+class Interval(NamedTuple):
+    """A point estimate with a bootstrap confidence interval."""
+
+    value: float
+    low: float
+    high: float
+
+
+def mean_std(values: np.ndarray | list[float]) -> MeanStd:
+    """Mean ± std (ddof=0) ignoring NaN; NaN mean when nothing is finite.
+
+    :param values: one number per seed
+    """
+    x = np.asarray(values, dtype=float).ravel()
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return MeanStd(float("nan"), float("nan"), 0)
+    return MeanStd(float(x.mean()), float(x.std()), int(x.size))
+
+
+def iqm(scores: np.ndarray, axis: int | None = None) -> np.ndarray | float:
+    """Interquartile mean: the mean of the middle half after dropping ``floor(n/4)`` values per end.
+
+    Same trimming as ``scipy.stats.trim_mean(x, 0.25)``.
+
+    :param scores: (runs, tasks) scores, or a batch (B, runs, tasks) with ``axis`` selecting the batch layout
+    :param axis: None for one IQM of everything; -1 after flattening runs×tasks into the last axis
+    """
+    x = np.asarray(scores, dtype=float)
+    if axis is None:
+        x = x.ravel()[None, :]
+    n = x.shape[-1]
+    cut = n // 4
+    kept = np.sort(x, axis=-1)[..., cut : n - cut]
+    out = kept.mean(axis=-1)
+    return float(out[0]) if axis is None else out
+
+
+def stratified_resample(scores: np.ndarray, reps: int, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap replicas that resample runs with replacement independently within each task.
+
+    :param scores: (R, T) run×task scores
+    :returns: (reps, R, T)
+    """
+    r, t = scores.shape
+    idx = rng.integers(0, r, size=(reps, r, t))  # (B, R, T)
+    return scores[idx, np.arange(t)]
+
+
+def _percentile_ci(stats: np.ndarray, confidence: float) -> tuple[float, float]:
+    alpha = (1.0 - confidence) / 2
+    low, high = np.percentile(stats, [100 * alpha, 100 * (1 - alpha)])
+    return float(low), float(high)
+
+
+def stratified_ci(
+    scores: np.ndarray,
+    statistic: Callable[[np.ndarray], np.ndarray],
+    reps: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> Interval:
+    """A run×task aggregate with a stratified-bootstrap percentile CI.
+
+    :param scores: (R, T) run×task scores (R seeds, T tasks), no NaN
+    :param statistic: maps flattened scores (B, R·T) to (B,)
+    :param reps: bootstrap replicas
+    :param confidence: CI coverage
+    :param seed: RNG seed, so reports are reproducible
+    """
+    scores = np.asarray(scores, dtype=float)
+    boot = stratified_resample(scores, reps, np.random.default_rng(seed))  # (B, R, T)
+    stats = statistic(boot.reshape(reps, -1))  # (B,)
+    return Interval(float(statistic(scores.reshape(1, -1))[0]), *_percentile_ci(stats, confidence))
+
+
+def iqm_ci(scores: np.ndarray, reps: int = 10_000, confidence: float = 0.95, seed: int = 0) -> Interval:
+    """IQM of (R, T) scores with a stratified-bootstrap CI (see :func:`stratified_ci`)."""
+    return stratified_ci(scores, lambda b: iqm(b, axis=-1), reps, confidence, seed)
+
+
+def mean_ci(scores: np.ndarray, reps: int = 10_000, confidence: float = 0.95, seed: int = 0) -> Interval:
+    """Mean of (R, T) scores with a stratified-bootstrap CI (see :func:`stratified_ci`)."""
+    return stratified_ci(scores, lambda b: b.mean(axis=-1), reps, confidence, seed)
+
+
+def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray | float:
+    """P(X > Y) + ½·P(X = Y) per task, averaged over tasks.
+
+    :param x: (..., M, T) scores of the method
+    :param y: (..., N, T) scores of the baseline (same T)
+    """
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    d = x[..., :, None, :] - y[..., None, :, :]  # (..., M, N, T)
+    wins = (d > 0).mean(axis=(-3, -2)) + 0.5 * (d == 0).mean(axis=(-3, -2))  # (..., T)
+    out = wins.mean(axis=-1)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def probability_of_improvement_ci(
+    x: np.ndarray, y: np.ndarray, reps: int = 10_000, confidence: float = 0.95, seed: int = 0
+) -> Interval:
+    """Probability of improvement with a CI from resampling each method's runs per task.
+
+    :param x: (M, T) scores of the method
+    :param y: (N, T) scores of the baseline
+    """
+    rng = np.random.default_rng(seed)
+    bx = stratified_resample(np.asarray(x, dtype=float), reps, rng)  # (B, M, T)
+    by = stratified_resample(np.asarray(y, dtype=float), reps, rng)  # (B, N, T)
+    return Interval(probability_of_improvement(x, y), *_percentile_ci(probability_of_improvement(bx, by), confidence))
+
+
+class CLMetrics(NamedTuple):
+    """Continual World metrics of one CRL run (NaN where not computable)."""
+
+    average_performance: float
+    forgetting: float
+    forward_transfer: float
+
+
+def task_auc(steps: tuple[float, ...], success: tuple[float, ...], start: float, length: float) -> float:
+    """Normalized area under a task's eval curve on its own segment, NaN when no eval falls inside.
+
+    Same definition as the runs themselves use (:func:`rl_moe.continual.metrics.curve_auc`:
+    trapezoid rule, curve held constant to the segment ends), so the report and ``results.json`` agree.
+
+    :param steps: eval steps (global)
+    :param success: eval successes
+    :param start: first global step of the segment
+    :param length: steps per task
+    """
+    from rl_moe.continual.metrics import curve_auc
+
+    ok = np.isfinite(np.asarray(success, dtype=float))
+    try:
+        return curve_auc(np.asarray(steps, dtype=float)[ok], np.asarray(success, dtype=float)[ok], start, start + length)
+    except ValueError:  # no evaluation inside the segment
+        return float("nan")
+
+
+def forward_transfer(auc: np.ndarray, auc_ref: np.ndarray) -> float:
+    """FT = mean_i (AUC_i − AUC_ref_i)/(1 − AUC_ref_i); tasks whose reference AUC is 1 (or NaN) are skipped.
+
+    :param auc: (T,) per-task AUC of the continual run
+    :param auc_ref: (T,) per-task AUC of the reference (RL protocol) run
+    """
+    auc, ref = np.asarray(auc, dtype=float), np.asarray(auc_ref, dtype=float)
+    ok = np.isfinite(auc) & np.isfinite(ref) & (ref < 1.0)
+    if not ok.any():
+        return float("nan")
+    return float(np.mean((auc[ok] - ref[ok]) / (1.0 - ref[ok])))
+
+
+def cl_metrics(own: np.ndarray, final: np.ndarray, auc: np.ndarray | None = None, auc_ref: np.ndarray | None = None) -> CLMetrics:
+    """Average performance (mean final success), forgetting (mean of own − final) and forward transfer.
+
+    :param own: (T,) success on each task right after its own segment
+    :param final: (T,) success of the final checkpoint on each task
+    :param auc: (T,) per-task AUC of this run, for forward transfer
+    :param auc_ref: (T,) per-task AUC of the RL reference run
+    """
+    own, final = np.asarray(own, dtype=float), np.asarray(final, dtype=float)
+    ap = float(np.mean(final)) if np.all(np.isfinite(final)) else float("nan")
+    fg = float(np.mean(own - final)) if np.all(np.isfinite(own - final)) else float("nan")
+    ft = forward_transfer(auc, auc_ref) if auc is not None and auc_ref is not None else float("nan")
+    return CLMetrics(ap, fg, ft)
+
+
+def fmt(value: float, digits: int = 2) -> str:
+    """A number for a table, or an em dash for NaN."""
+    return "—" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def fmt_ms(ms: MeanStd, digits: int = 2) -> str:
+    """``mean ± std`` (or the mean alone for a single seed)."""
+    if ms.n == 0:
+        return "—"
+    return fmt(ms.mean, digits) if ms.n == 1 else f"{fmt(ms.mean, digits)} ± {fmt(ms.std, digits)}"

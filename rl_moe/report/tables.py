@@ -1,0 +1,239 @@
+"""Per-task success tables (SPHERE paper Tables 13-17), RL vs CRL gaps, CL metrics, robust aggregates."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from rl_moe.report.loading import Run, RunSet
+from rl_moe.report.render import Table
+from rl_moe.report.stats import (
+    CLMetrics,
+    Interval,
+    MeanStd,
+    cl_metrics,
+    fmt,
+    fmt_ms,
+    iqm_ci,
+    mean_ci,
+    mean_std,
+    probability_of_improvement_ci,
+    task_auc,
+)
+
+FIELDS = {"own": "success right after each task's own segment", "final": "final-checkpoint success"}
+
+
+class PerTask(NamedTuple):
+    """Mean ± std over seeds per task, and of the per-seed task average."""
+
+    cells: tuple[MeanStd, ...]
+    average: MeanStd
+
+
+class Context(NamedTuple):
+    """Runs of one (suite, algo): protocol -> method -> seeds."""
+
+    suite: str
+    algo: str
+    tasks: tuple[str, ...]
+    steps_per_task: int
+    runs: dict[str, dict[str, tuple[Run, ...]]]
+
+
+def contexts(runset: RunSet) -> list[Context]:
+    """Group a run set by (suite, algo)."""
+    out: dict[tuple[str, str], Context] = {}
+    for key, runs in runset.groups.items():
+        ctx = out.setdefault((key.suite, key.algo), Context(key.suite, key.algo, runs[0].tasks, runs[0].steps_per_task, {}))
+        ctx.runs.setdefault(key.protocol, {})[key.method] = runs
+    return list(out.values())
+
+
+def method_order(methods: Sequence[str], baseline: str, method: str) -> list[str]:
+    """Baseline first, then the compared method, then the rest alphabetically."""
+    first = [m for m in (baseline, method) if m in methods]
+    return first + sorted(m for m in methods if m not in first)
+
+
+def seed_matrix(runs: Sequence[Run], field: str = "own") -> np.ndarray:
+    """(seeds, tasks) success matrix of ``field`` ("own" or "final"), NaN where not evaluated."""
+    return np.array([getattr(r, field) for r in runs], dtype=float)
+
+
+def per_task(runs: Sequence[Run], field: str = "own") -> PerTask:
+    """Mean ± std over seeds per task; the average row is over seeds of each seed's task mean.
+
+    A seed with a missing task contributes to that task's other cells but not to the average.
+    """
+    m = seed_matrix(runs, field)  # (R, T)
+    cells = tuple(mean_std(m[:, j]) for j in range(m.shape[1]))
+    seed_avg = np.where(np.isfinite(m).all(axis=1), np.nanmean(np.where(np.isfinite(m), m, 0.0), axis=1), np.nan)
+    return PerTask(cells, mean_std(seed_avg))
+
+
+def _seeds_label(runs: Sequence[Run]) -> str:
+    return f"(n={len(runs)})"
+
+
+def success_table(ctx: Context, protocol: str, field: str, baseline: str, method: str) -> Table | None:
+    """Tasks × methods table of mean ± std success under one protocol (Tables 13-16 layout)."""
+    by_method = ctx.runs.get(protocol, {})
+    if not by_method:
+        return None
+    methods = method_order(list(by_method), baseline, method)
+    stats = {m: per_task(by_method[m], field) for m in methods}
+    rows = [(task, *(fmt_ms(stats[m].cells[j]) for m in methods)) for j, task in enumerate(ctx.tasks)]
+    rows.append(("average", *(fmt_ms(stats[m].average) for m in methods)))
+    header = ("task", *(f"{m} {_seeds_label(by_method[m])}" for m in methods))
+    caption = f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {FIELDS[field]} (mean ± std over seeds)"
+    return Table(header, tuple(rows), caption)
+
+
+class Gap(NamedTuple):
+    """Per-task and average means under RL and CRL, and the RL − CRL gap."""
+
+    rl: tuple[float, ...]
+    crl: tuple[float, ...]
+    gap: tuple[float, ...]
+    rl_avg: float
+    crl_avg: float
+    gap_avg: float
+
+
+def rl_crl_gap(rl_runs: Sequence[Run], crl_runs: Sequence[Run]) -> Gap:
+    """RL − CRL gap of the seed-mean own-segment success, per task and for the average."""
+    rl, crl = per_task(rl_runs), per_task(crl_runs)
+    rl_m = tuple(c.mean for c in rl.cells)
+    crl_m = tuple(c.mean for c in crl.cells)
+    return Gap(rl_m, crl_m, tuple(a - b for a, b in zip(rl_m, crl_m)), rl.average.mean, crl.average.mean, rl.average.mean - crl.average.mean)
+
+
+def gap_methods(ctx: Context, baseline: str, method: str) -> list[str]:
+    """Methods that have both RL and CRL runs in this context."""
+    both = set(ctx.runs.get("rl", {})) & set(ctx.runs.get("crl", {}))
+    return method_order(sorted(both), baseline, method)
+
+
+def gap_table(ctx: Context, baseline: str, method: str) -> Table | None:
+    """Per task: RL, CRL and RL − CRL for each method with both protocols."""
+    methods = gap_methods(ctx, baseline, method)
+    if not methods:
+        return None
+    gaps = {m: rl_crl_gap(ctx.runs["rl"][m], ctx.runs["crl"][m]) for m in methods}
+    header = ("task", *(f"{m} {col}" for m in methods for col in ("RL", "CRL", "RL−CRL")))
+    rows = [(task, *(fmt(v) for m in methods for v in (gaps[m].rl[j], gaps[m].crl[j], gaps[m].gap[j]))) for j, task in enumerate(ctx.tasks)]
+    rows.append(("average", *(fmt(v) for m in methods for v in (gaps[m].rl_avg, gaps[m].crl_avg, gaps[m].gap_avg))))
+    return Table(header, tuple(rows), f"{ctx.suite} / {ctx.algo}: RL vs CRL success per task (seed means) and the RL−CRL gap")
+
+
+def run_cl_metrics(run: Run, reference: Run | None) -> CLMetrics:
+    """Continual World metrics of a CRL run; forward transfer against the RL run of the same seed.
+
+    Without a reference, the run's own stored forward transfer is used when it has one.
+    """
+    auc = auc_ref = None
+    if reference is not None:
+        spt = run.steps_per_task
+        auc = np.array([task_auc(*run.eval_curves.get(t, ((), ())), run.segment_start(i), spt) for i, t in enumerate(run.tasks)])
+        auc_ref = np.array(
+            [task_auc(*reference.eval_curves.get(t, ((), ())), reference.segment_start(i), spt) for i, t in enumerate(run.tasks)]
+        )
+    metrics = cl_metrics(np.array(run.own), np.array(run.final), auc, auc_ref)
+    stored = run.stored_cl.get("forward_transfer")
+    if reference is None and stored is not None:
+        metrics = metrics._replace(forward_transfer=float(stored))
+    return metrics
+
+
+def cl_table(ctx: Context, baseline: str, method: str) -> Table | None:
+    """Average performance, forgetting and forward transfer (mean ± std over complete CRL seeds)."""
+    crl = ctx.runs.get("crl", {})
+    rl = ctx.runs.get("rl", {})
+    rows = []
+    for m in method_order(list(crl), baseline, method):
+        refs = {r.seed: r for r in rl.get(m, ())}
+        metrics = [run_cl_metrics(r, refs.get(r.seed)) for r in crl[m] if r.complete]
+        if not metrics:
+            continue
+        cols = [fmt_ms(mean_std([getattr(x, f) for x in metrics])) for f in CLMetrics._fields]
+        rows.append((f"{m} (n={len(metrics)})", *cols))
+    if not rows:
+        return None
+    header = ("method", "average performance ↑", "forgetting ↓", "forward transfer ↑")
+    return Table(header, tuple(rows), f"{ctx.suite} / {ctx.algo}: Continual World metrics (complete CRL runs; forward transfer vs the RL run of the same seed)")
+
+
+class Robust(NamedTuple):
+    """Robust aggregates of one method: IQM and mean with CIs, P(method > baseline)."""
+
+    n_runs: int
+    iqm: Interval
+    mean: Interval
+    poi: Interval | None
+
+
+def complete_scores(runs: Sequence[Run]) -> np.ndarray:
+    """(R, T) own-segment success of the runs with every task evaluated."""
+    m = seed_matrix(runs)
+    return m[np.isfinite(m).all(axis=1)]
+
+
+def robust(ctx: Context, protocol: str, baseline: str, reps: int, seed: int = 0) -> dict[str, Robust]:
+    """IQM and mean with stratified-bootstrap CIs per method; probability of improvement over ``baseline``."""
+    by_method = ctx.runs.get(protocol, {})
+    base = complete_scores(by_method[baseline]) if baseline in by_method else np.empty((0, 0))
+    out = {}
+    for m, runs in by_method.items():
+        s = complete_scores(runs)
+        if s.shape[0] == 0:
+            continue
+        poi = None
+        if m != baseline and base.shape[0]:
+            poi = probability_of_improvement_ci(s, base, reps=reps, seed=seed)
+        out[m] = Robust(s.shape[0], iqm_ci(s, reps=reps, seed=seed), mean_ci(s, reps=reps, seed=seed), poi)
+    return out
+
+
+def robust_table(ctx: Context, protocol: str, baseline: str, method: str, reps: int) -> Table | None:
+    """Robust aggregates table of one protocol (95% stratified-bootstrap CIs)."""
+    res = robust(ctx, protocol, baseline, reps)
+    if not res:
+        return None
+
+    def ci(x: Interval | None) -> str:
+        return "—" if x is None else f"{fmt(x.value)} [{fmt(x.low)}, {fmt(x.high)}]"
+
+    rows = tuple((m, str(res[m].n_runs), ci(res[m].iqm), ci(res[m].mean), ci(res[m].poi)) for m in method_order(list(res), baseline, method))
+    header = ("method", "runs", "IQM [95% CI]", "mean [95% CI]", f"P(method > {baseline}) [95% CI]")
+    return Table(header, rows, f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: robust aggregates of own-segment success over runs × tasks")
+
+
+def summary_lines(ctx: Context, baseline: str, method: str) -> list[str]:
+    """Headline numbers: relative improvement of ``method`` over ``baseline`` and the RL−CRL gap reduction."""
+    lines = []
+    for protocol in ("crl", "rl"):
+        by_method = ctx.runs.get(protocol, {})
+        if baseline in by_method and method in by_method:
+            b, m = per_task(by_method[baseline]).average, per_task(by_method[method]).average
+            rel = (m.mean - b.mean) / b.mean if b.mean else float("nan")
+            lines.append(
+                f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: average success {method} {fmt_ms(m)} vs {baseline} {fmt_ms(b)} "
+                f"(relative change {'—' if np.isnan(rel) else f'{100 * rel:+.0f}%'})."
+            )
+    if set(gap_methods(ctx, baseline, method)) >= {baseline, method}:
+        gb = rl_crl_gap(ctx.runs["rl"][baseline], ctx.runs["crl"][baseline]).gap_avg
+        gm = rl_crl_gap(ctx.runs["rl"][method], ctx.runs["crl"][method]).gap_avg
+        red = 1 - gm / gb if gb else float("nan")
+        lines.append(
+            f"{ctx.suite} / {ctx.algo}: RL−CRL gap {method} {fmt(gm)} vs {baseline} {fmt(gb)} "
+            f"(gap reduction {'—' if np.isnan(red) else f'{100 * red:.0f}%'})."
+        )
+    return lines
+
+
+def incomplete_runs(runset: RunSet) -> list[str]:
+    """Human-readable lines for runs that did not finish every task."""
+    return [f"{r.path} ({sum(np.isfinite(r.own))}/{len(r.tasks)} tasks)" for r in runset.runs if not r.complete]

@@ -1,0 +1,345 @@
+"""Report: known-answer tables, robust statistics, CL metrics, plots and user errors."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rl_moe.report import ReportError, ReportOptions, build_report, load_runs
+from rl_moe.report.__main__ import main
+from rl_moe.report.scalars import Curve, load_scalars, seed_band
+from rl_moe.report.stats import (
+    cl_metrics,
+    forward_transfer,
+    iqm,
+    iqm_ci,
+    probability_of_improvement,
+    probability_of_improvement_ci,
+    task_auc,
+)
+from rl_moe.report.tables import contexts, per_task, rl_crl_gap, robust, run_cl_metrics
+
+TASKS = ["reach", "push", "pick"]
+SPT = 100
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# own-segment success per (method, protocol, seed); known numbers the tables must reproduce
+OWN = {
+    ("topk", "crl"): {0: [1.0, 0.0, 0.5], 1: [0.5, 0.0, 0.5]},
+    ("sphere", "crl"): {0: [1.0, 0.5, 1.0], 1: [1.0, 1.0, 0.5]},
+    ("topk", "rl"): {0: [1.0, 1.0, 0.5], 1: [1.0, 0.5, 0.5]},
+    ("sphere", "rl"): {0: [1.0, 1.0, 1.0], 1: [1.0, 0.5, 1.0]},
+}
+
+
+def results(method: str, protocol: str, seed: int, own: list[float], **over: object) -> dict:
+    """A complete schema-1 results.json: final = own minus a forgetting of 0.5·own on earlier tasks."""
+    n = len(own)
+    final = [own[j] * (0.5 if j < n - 1 else 1.0) for j in range(n)] if protocol == "crl" else [None] * n
+    matrix = [[own[j] if j == i else None for j in range(n)] for i in range(n)]
+    if protocol == "crl":
+        matrix[-1] = final
+    curves = {t: {"steps": [i * SPT + 50, (i + 1) * SPT], "success": [0.0, own[i]]} for i, t in enumerate(TASKS[:n])}
+    data = {
+        "schema": 1, "suite": "smoke", "algo": "ppo", "method": method, "protocol": protocol, "seed": seed,
+        "tasks": TASKS[:n], "steps_per_task": SPT, "finished_tasks": n, "complete": True,
+        "success_matrix": matrix, "own_success": own, "final_success": final, "eval_curves": curves,
+        "cl_metrics": {"average_performance": 0.0, "forgetting": 0.0, "forward_transfer": None},
+    }
+    data.update(over)
+    return data
+
+
+def write_run(root: Path, data: dict, scalars: dict[str, list[tuple[int, float]]] | None = None) -> Path:
+    """A run folder with results.json and, optionally, a TensorBoard event file in tb/."""
+    folder = root / data["suite"] / f"{data['algo']}-{data['method']}-{data['protocol']}-s{data['seed']}"
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps(data))
+    if scalars:
+        from torch.utils.tensorboard import SummaryWriter
+
+        with SummaryWriter(str(folder / "tb")) as w:
+            for tag, points in scalars.items():
+                for step, value in points:
+                    w.add_scalar(tag, value, step)
+    return folder
+
+
+def entk(method: str, seed: int) -> list[tuple[int, float]]:
+    # r_e(K) decays for topk, stays flat for sphere; the seed shifts it by ±1
+    slope = -0.02 if method == "topk" else 0.0
+    return [(s, 20.0 + slope * s + (1 if seed else -1)) for s in range(0, 301, 50)]
+
+
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("runs")
+    for (method, protocol), seeds in OWN.items():
+        for seed, own in seeds.items():
+            tb = {"plasticity/entk_rank": entk(method, seed), "plasticity/dormant_ratio": [(0, 0.1), (300, 0.2 + seed * 0.1)]}
+            write_run(root, results(method, protocol, seed, own), tb if protocol == "crl" else None)
+    return root
+
+
+@pytest.fixture(scope="module")
+def report(runs_root: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("report")
+    assert main([str(runs_root), "--out", str(out), "--reps", "2000"]) == 0
+    return out, (out / "report.md").read_text()
+
+
+def table_row(md: str, caption_part: str, label: str) -> list[str]:
+    """Cells of the row ``label`` in the first table whose caption contains ``caption_part``."""
+    block = md[md.index(caption_part):]
+    block = block[: block.index("\n\n", block.index("|"))]
+    for line in block.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] == label:
+            return cells[1:]
+    raise AssertionError(f"row {label!r} not found under {caption_part!r}")
+
+
+# --- tables -------------------------------------------------------------------------------------
+
+def test_per_task_mean_std_known_values(runs_root: Path) -> None:
+    runset = load_runs([runs_root])
+    ctx = contexts(runset)[0]
+    pt = per_task(ctx.runs["crl"]["topk"])
+    assert [c.mean for c in pt.cells] == pytest.approx([0.75, 0.0, 0.5])
+    assert [c.std for c in pt.cells] == pytest.approx([0.25, 0.0, 0.0])  # ddof=0 like the paper
+    # per-seed averages 0.5 and 1/3
+    assert pt.average.mean == pytest.approx(5 / 12) and pt.average.std == pytest.approx(1 / 12)
+
+
+def test_report_tables_match_hand_computed(report: tuple[Path, str]) -> None:
+    _, md = report
+    crl = "smoke / ppo / CRL: success right after"
+    assert table_row(md, crl, "reach") == ["0.75 ± 0.25", "1.00 ± 0.00"]  # columns: topk, sphere
+    assert table_row(md, crl, "average") == ["0.42 ± 0.08", "0.83 ± 0.00"]
+    rl = "smoke / ppo / RL: success right after"
+    assert table_row(md, rl, "push") == ["0.75 ± 0.25", "0.75 ± 0.25"]
+    # gap table: topk RL, CRL, gap then sphere RL, CRL, gap; push: topk 0.75-0 ; sphere 0.75-0.75
+    assert table_row(md, "RL vs CRL", "push") == ["0.75", "0.00", "0.75", "0.75", "0.75", "0.00"]
+    # final checkpoint: topk s0 final [0.5, 0, 0.5], s1 [0.25, 0, 0.5]
+    assert table_row(md, "final-checkpoint success", "reach") == ["0.38 ± 0.12", "0.50 ± 0.00"]
+
+
+def test_rl_crl_gap_and_headline(runs_root: Path, report: tuple[Path, str]) -> None:
+    ctx = contexts(load_runs([runs_root]))[0]
+    gap = rl_crl_gap(ctx.runs["rl"]["topk"], ctx.runs["crl"]["topk"])
+    # RL per-seed averages 5/6, 2/3 -> 0.75; CRL 5/12
+    assert gap.gap_avg == pytest.approx(0.75 - 5 / 12)
+    sphere = rl_crl_gap(ctx.runs["rl"]["sphere"], ctx.runs["crl"]["sphere"])
+    assert sphere.gap_avg == pytest.approx((1 + 5 / 6) / 2 - 5 / 6)
+    reduction = 1 - sphere.gap_avg / gap.gap_avg  # 1 - (1/12)/(1/3) = 75%
+    assert reduction == pytest.approx(0.75)
+    assert "gap reduction 75%" in report[1]
+    assert "relative change +100%" in report[1]  # CRL: sphere 5/6 vs topk 5/12
+
+
+def test_html_has_same_tables(report: tuple[Path, str]) -> None:
+    out, _ = report
+    page = (out / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.count("<table>") >= 6
+    assert "<td>0.75 ± 0.25</td>" in page
+
+
+# --- robust statistics --------------------------------------------------------------------------
+
+def test_iqm_hand_computed_and_trim_mean() -> None:
+    assert iqm(np.array([[1.0, 0.0, 0.5], [0.5, 0.0, 0.5]])) == pytest.approx(0.375)  # middle [0,.5,.5,.5]
+    assert iqm(np.arange(8.0)) == pytest.approx(3.5)  # drops 0,1 and 6,7
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(1)
+    for n in (4, 5, 7, 10, 50):
+        x = rng.random(n)
+        assert iqm(x) == pytest.approx(scipy_stats.trim_mean(x, 0.25))
+
+
+def brute_poi(x: np.ndarray, y: np.ndarray) -> float:
+    per_task = []
+    for t in range(x.shape[1]):
+        s = [1.0 if a > b else 0.5 if a == b else 0.0 for a, b in itertools.product(x[:, t], y[:, t])]
+        per_task.append(sum(s) / len(s))
+    return float(np.mean(per_task))
+
+
+def test_probability_of_improvement_known_and_brute_force() -> None:
+    x = np.array([[1.0, 0.5], [0.5, 0.5]])
+    y = np.array([[0.5, 0.5], [0.0, 1.0]])
+    # task 0: pairs (1>.5,1>0,.5=.5,.5>0) = 3.5/4; task 1: (.5=.5,.5<1,.5=.5,.5<1) = 1/4
+    assert probability_of_improvement(x, y) == pytest.approx((3.5 / 4 + 1 / 4) / 2)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        a, b = rng.integers(0, 3, (4, 3)) / 2, rng.integers(0, 3, (6, 3)) / 2
+        assert probability_of_improvement(a, b) == pytest.approx(brute_poi(a, b))
+    same = probability_of_improvement_ci(x, x, reps=500)
+    assert same.value == pytest.approx(0.5) and same.low <= 0.5 <= same.high
+
+
+def test_bootstrap_is_stratified_by_task() -> None:
+    # each task column is constant across runs: resampling runs within a task changes nothing,
+    # so a stratified bootstrap has a zero-width CI (an unstratified one would not)
+    scores = np.tile([0.0, 0.2, 0.9, 1.0], (5, 1))
+    ci = iqm_ci(scores, reps=1000)
+    assert ci.value == ci.low == ci.high == pytest.approx(iqm(scores))
+    noisy = np.random.default_rng(0).random((5, 4))
+    ci = iqm_ci(noisy, reps=2000)
+    assert ci.low < ci.value < ci.high
+
+
+def test_robust_aggregates_in_report(runs_root: Path, report: tuple[Path, str]) -> None:
+    ctx = contexts(load_runs([runs_root]))[0]
+    res = robust(ctx, "crl", "topk", reps=500)
+    assert res["topk"].iqm.value == pytest.approx(0.375)
+    # sphere (6 scores: 1,.5,1,1,1,.5) sorted .5,.5,1,1,1,1 -> middle .5,1,1,1 = 0.875
+    assert res["sphere"].iqm.value == pytest.approx(0.875)
+    x, y = np.array(list(OWN[("sphere", "crl")].values())), np.array(list(OWN[("topk", "crl")].values()))
+    assert res["sphere"].poi.value == pytest.approx(brute_poi(x, y))
+    assert res["topk"].poi is None
+    assert table_row(report[1], "CRL: robust aggregates", "sphere")[1].startswith("0.88 [")
+
+
+def test_matches_rliable_when_installed() -> None:
+    try:
+        from rliable import library as rly
+        from rliable import metrics
+    except (ImportError, TypeError):  # optional; its arch dependency fails to import under pandas 3 (TypeError)
+        pytest.skip("rliable not importable")
+    rng = np.random.default_rng(3)
+    a, b = rng.random((5, 10)), rng.random((5, 10))
+    assert iqm(a) == pytest.approx(metrics.aggregate_iqm(a))
+    assert probability_of_improvement(a, b) == pytest.approx(metrics.probability_of_improvement(a, b))
+    _, cis = rly.get_interval_estimates({"a": a}, lambda s: np.array([metrics.aggregate_iqm(s)]), reps=4000)
+    ours = iqm_ci(a, reps=4000)
+    assert ours.low == pytest.approx(cis["a"][0, 0], abs=0.03) and ours.high == pytest.approx(cis["a"][1, 0], abs=0.03)
+
+
+# --- Continual World metrics --------------------------------------------------------------------
+
+def test_cl_metrics_known_values(runs_root: Path) -> None:
+    m = cl_metrics(np.array([1.0, 0.5, 0.8]), np.array([0.2, 0.5, 0.8]))
+    assert m.average_performance == pytest.approx(0.5)
+    assert m.forgetting == pytest.approx(0.8 / 3)
+    assert np.isnan(m.forward_transfer)
+    # AUC: trapezoid over the segment, curve held flat to its ends; FT skips reference AUC == 1
+    assert task_auc((150.0, 200.0), (0.2, 0.4), 100, 100) == pytest.approx((50 * 0.2 + 50 * 0.3) / 100)
+    assert np.isnan(task_auc((50.0,), (1.0,), 100, 100))  # no eval inside the segment
+    assert forward_transfer(np.array([0.5, 0.9, 0.3]), np.array([0.0, 1.0, 0.5])) == pytest.approx((0.5 + (-0.4)) / 2)
+    ctx = contexts(load_runs([runs_root]))[0]
+    run, ref = ctx.runs["crl"]["sphere"][1], ctx.runs["rl"]["sphere"][1]
+    got = run_cl_metrics(run, ref)
+    # own [1, 1, .5], final [.5, .5, .5]
+    assert got.average_performance == pytest.approx(0.5)
+    assert got.forgetting == pytest.approx((0.5 + 0.5 + 0) / 3)
+    # evals (start+50, 0) and (start+100, own_i): area 50·own_i/2 over 100 steps, AUC_i = own_i/4
+    # crl [.25, .25, .125]; reference (rl own [1, .5, 1]) [.25, .125, .25]
+    want = np.mean([(0.25 - 0.25) / 0.75, (0.25 - 0.125) / 0.875, (0.125 - 0.25) / 0.75])
+    assert got.forward_transfer == pytest.approx(want)
+
+
+def test_cl_table_in_report(report: tuple[Path, str]) -> None:
+    # topk crl: s0 AP (0.5+0+0.5)/3=1/3, s1 (0.25+0+0.5)/3=0.25 -> 0.29 ± 0.04
+    row = table_row(report[1], "Continual World metrics", "topk (n=2)")
+    assert row[0] == "0.29 ± 0.04"
+
+
+# --- TensorBoard curves and plots ---------------------------------------------------------------
+
+def test_seed_band_on_common_grid() -> None:
+    a = Curve(np.array([0.0, 10.0]), np.array([0.0, 10.0]))
+    b = Curve(np.array([0.0, 5.0, 8.0]), np.array([2.0, 7.0, 10.0]))
+    band = seed_band([a, b], n_points=5)
+    assert band.grid == pytest.approx([0, 2, 4, 6, 8])  # cut to the shorter run
+    want_b = np.interp(band.grid, b.steps, b.values)
+    assert band.mean == pytest.approx((band.grid + want_b) / 2)
+    assert band.std == pytest.approx(np.abs(band.grid - want_b) / 2)
+
+
+def test_load_scalars_reads_event_files(runs_root: Path) -> None:
+    folder = runs_root / "smoke" / "ppo-topk-crl-s1"
+    curves = load_scalars(folder)
+    assert set(curves) == {"plasticity/entk_rank", "plasticity/dormant_ratio"}
+    c = curves["plasticity/entk_rank"]
+    assert c.steps.tolist() == [0, 50, 100, 150, 200, 250, 300]
+    assert c.values == pytest.approx([v for _, v in entk("topk", 1)])
+
+
+def test_plots_exist_and_are_png(report: tuple[Path, str]) -> None:
+    pytest.importorskip("matplotlib")
+    out, md = report
+    pngs = sorted(out.glob("*.png"))
+    names = {p.name for p in pngs}
+    assert {"plasticity-entk_rank_smoke_ppo_crl.png", "plasticity-dormant_ratio_smoke_ppo_crl.png", "success_smoke_ppo_crl.png",
+            "success_smoke_ppo_rl.png", "eval_smoke_ppo_crl.png"} <= names
+    assert "plasticity-entk_rank_smoke_ppo_rl.png" not in names  # RL runs have no event files here
+    for p in pngs:
+        data = p.read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 5000
+        assert f"]({p.name})" in md
+
+
+# --- user errors --------------------------------------------------------------------------------
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rl_moe.report", *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_empty_folder_exit_2(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = run_cli(str(tmp_path), "--out", str(out))
+    assert proc.returncode == 2
+    assert "no results.json found" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_incompatible_and_bad_schema(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    write_run(tmp_path / "a", results("topk", "crl", 0, [1.0, 0.5, 0.0]))
+    write_run(tmp_path / "a", results("sphere", "crl", 0, [1.0, 0.5]))  # a shorter task list
+    assert main([str(tmp_path / "a"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "incompatible runs in suite 'smoke'" in err and "['reach', 'push']" in err
+    write_run(tmp_path / "b", results("topk", "crl", 0, [1.0, 0.5, 0.0], schema=2))
+    assert main([str(tmp_path / "b")]) == 2
+    assert "unsupported schema 2" in capsys.readouterr().err
+    bad = results("topk", "crl", 0, [1.0, 0.5, 0.0])
+    del bad["own_success"]
+    write_run(tmp_path / "c", bad)
+    assert main([str(tmp_path / "c")]) == 2
+    assert "missing key 'own_success'" in capsys.readouterr().err
+    assert not (tmp_path / "b" / "report").exists()
+
+
+def test_unknown_method_names_choices(runs_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main([str(runs_root), "--method", "spheer", "--out", str(tmp_path / "o")]) == 2
+    assert "unknown method 'spheer'; valid choices (methods found): sphere, topk" in capsys.readouterr().err
+    with pytest.raises(ReportError):
+        build_report([tmp_path / "missing"], tmp_path / "o", ReportOptions())
+
+
+def test_duplicate_seed_keeps_complete_run(tmp_path: Path) -> None:
+    write_run(tmp_path / "x", results("topk", "crl", 0, [1.0, 1.0, 1.0]))
+    partial = results(
+        "topk", "crl", 0, [0.0], tasks=TASKS, complete=False, finished_tasks=1,
+        final_success=[None] * 3, success_matrix=[[0.0, None, None]],
+    )
+    write_run(tmp_path / "y", partial)
+    runset = load_runs([tmp_path])
+    (kept,) = runset.runs
+    assert kept.complete and kept.own == (1.0, 1.0, 1.0)
+    assert len(runset.dropped) == 1 and "duplicated" in runset.dropped[0][1]
+
+
+def test_without_matplotlib_tables_still_written(runs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "rl_moe.report.plots", None)  # makes the plotting import fail
+    files = build_report([runs_root], tmp_path / "o", ReportOptions(reps=200))
+    md = files.markdown.read_text()
+    assert files.figures == () and not list((tmp_path / "o").glob("*.png"))
+    assert "Figures skipped: matplotlib is not installed" in md and "| reach | 0.75 ± 0.25 |" in md

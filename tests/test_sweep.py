@@ -1,0 +1,163 @@
+"""Sweep: grid and folders, resume-by-skipping, validation errors, sequential and Ray backends."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rl_moe import sweep
+from rl_moe.sweep import Outcome, SweepConfig, Trial, grid, is_complete, main, run_sweep, trial_command
+
+# tiny smoke-suite trials: 2 tasks of 128 steps, a 16-unit network, one eval episode
+TINY = [
+    "--steps-per-task", "128", "--tasks", "2", "--",
+    "--set", "ppo.n_steps=64", "--set", "ppo.n_envs=1", "--set", "ppo.batch_size=32", "--set", "ppo.n_epochs=1",
+    "--set", "net.hidden=16,16", "--set", "eval.n_episodes=1", "--set", "eval.matrix_episodes=1",
+    "--set", "eval.evals_per_task=1", "--set", "probe.n_states=16",
+]  # fmt: skip
+
+
+def fake_results(trial: Trial, own: float) -> dict:
+    return {
+        "schema": 1, "suite": trial.suite, "algo": trial.algo, "method": trial.method, "protocol": trial.protocol,
+        "seed": trial.seed, "tasks": ["t0"], "steps_per_task": 10, "finished_tasks": 1, "complete": True,
+        "success_matrix": [[own]], "own_success": [own], "final_success": [own], "eval_curves": {},
+        "cl_metrics": {"average_performance": own, "forgetting": 0.0, "forward_transfer": None},
+    }  # fmt: skip
+
+
+class FakeRunner:
+    """Records the commands and writes a complete results.json, except for methods named 'broken'."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Trial, list[str], dict[str, str]]] = []
+
+    def __call__(self, trial: Trial, command: list[str], env: dict[str, str]) -> Outcome:
+        self.calls.append((trial, command, env))
+        if trial.method == "broken":
+            return Outcome(trial, "failed", 1)
+        trial.run_dir.mkdir(parents=True, exist_ok=True)
+        (trial.run_dir / "results.json").write_text(json.dumps(fake_results(trial, 0.1 * trial.seed)))
+        return Outcome(trial, "done")
+
+
+def test_grid_folders_and_command(tmp_path: Path) -> None:
+    cfg = SweepConfig(
+        suites=("smoke", "my/suite.json"), methods=("topk", "sphere"), protocols=("crl", "rl"), seeds=(0, 1),
+        out=tmp_path, crl_args=("--steps-per-task", "100"),
+    )  # fmt: skip
+    trials = grid(cfg)
+    assert len(trials) == 2 * 2 * 2 * 2
+    assert len({t.run_dir for t in trials}) == len(trials)  # one folder per grid point
+    assert trials[0].run_dir == tmp_path / "smoke" / "ppo-topk-crl-s0"
+    assert trials[-1].run_dir == tmp_path / "suite" / "ppo-sphere-rl-s1"
+    cmd = trial_command(trials[3], cfg)
+    assert cmd[:3] == [sys.executable, "-m", "rl_moe.crl"]
+    assert cmd[3:] == [
+        "--suite", "smoke", "--method", "topk", "--algo", "ppo", "--protocol", "rl", "--seed", "1",
+        "--run-dir", str(tmp_path / "smoke" / "ppo-topk-rl-s1"), "--no-progress", "--steps-per-task", "100",
+    ]  # fmt: skip
+
+
+def test_parse_passthrough_after_double_dash() -> None:
+    _, cfg = sweep.parse(["--suite", "smoke", "--method", "topk", "--seed", "3", "4", "--tasks", "2", "--device", "cpu", "--", "--set", "net.hidden=8"])
+    assert cfg.seeds == (3, 4) and cfg.crl_args == ("--tasks", "2", "--device", "cpu", "--set", "net.hidden=8")
+
+
+def test_sequential_fallback_skips_complete_and_reports_failures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.setattr(sweep, "ray_available", lambda: False)
+    cfg = SweepConfig(suites=("smoke",), methods=("topk",), protocols=("crl", "rl"), seeds=(0, 1), out=tmp_path, cpus_per_trial=2)
+    runner = FakeRunner()
+    outcomes = run_sweep(cfg, "auto", runner)
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "ray is not installed (pip install 'rl_moe[sweep]'): running trials sequentially"
+    assert [o.status for o in outcomes] == ["done"] * 4 and len(runner.calls) == 4
+    assert all(env["OMP_NUM_THREADS"] == "2" for _, _, env in runner.calls)
+    assert is_complete(tmp_path / "smoke" / "ppo-topk-rl-s1")
+    manifest = json.loads((tmp_path / "sweep.json").read_text())
+    assert [t["status"] for t in manifest["trials"]] == ["done"] * 4
+    # a second sweep over a larger grid runs only the new trials
+    cfg2 = SweepConfig(suites=("smoke",), methods=("topk",), protocols=("crl", "rl"), seeds=(0, 1, 2), out=tmp_path)
+    runner2 = FakeRunner()
+    outcomes = run_sweep(cfg2, "sequential", runner2)
+    assert sorted(o.status for o in outcomes) == ["done", "done", "skipped", "skipped", "skipped", "skipped"]
+    assert {t.seed for t, _, _ in runner2.calls} == {2}
+
+
+def test_failed_trial_gives_exit_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setattr(sweep, "validate", lambda cfg, trials: None)  # 'broken' is not a real method
+    rc = main(["--suite", "smoke", "--method", "topk", "broken", "--backend", "sequential", "--out", str(tmp_path)], runner=FakeRunner())
+    assert rc == 1
+    out = capsys.readouterr().out
+    assert "failed  smoke/ppo-broken-crl-s0" in out and "sweep: 1/2 trials complete" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--suite", "smoke", "--method", "topkk"], "unknown method 'topkk'; valid choices: topk,"),
+        (["--suite", "smok", "--method", "topk"], "unknown suite 'smok'; valid choices: cw10"),
+        (["--suite", "smoke", "--method", "topk", "--algo", "sac"], "unknown algo 'sac'; valid choices: ppo, td3"),
+        (["--suite", "smoke", "--method", "topk", "--protocol", "both"], "unknown protocol 'both'; valid choices: crl, rl"),
+        (["--suite", "smoke", "--method", "topk", "--backend", "dask"], "unknown backend 'dask'; valid choices: auto, ray, sequential"),
+        (["--suite", "smoke", "--method", "topk", "--seed", "1", "1"], "duplicate seeds"),
+        (["--suite", "smoke", "--method", "topk", "--cpus-per-trial", "0"], "--cpus-per-trial must be > 0"),
+        (["--suite", "smoke", "--method", "topk", "--backend", "sequential", "--address", "auto"], "--address 'auto' needs the ray backend"),
+        (["--suite", "smoke"], "the following arguments are required: --method"),
+        (["--suite", "smoke", "--method", "topk", "--", "--set", "foo.bar=1"], "unknown --set key 'foo.bar'"),
+    ],
+)
+def test_bad_input_exit_2_and_nothing_written(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    runner = FakeRunner()
+    assert main(["--out", str(tmp_path / "runs"), *args], runner=runner) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not runner.calls and not (tmp_path / "runs").exists()
+
+
+def test_dry_run_prints_commands(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["--suite", "smoke", "--method", "topk", "--seed", "0", "1", "--out", str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("-m rl_moe.crl") == 2 and "ppo-topk-crl-s1: to run" in out
+    assert not any(tmp_path.iterdir())
+
+
+def test_ray_backend_runs_trials(tmp_path: Path) -> None:
+    """Two real smoke-suite trials as Ray tasks on a local cluster, then a resume that skips both."""
+    pytest.importorskip("ray")
+    out = tmp_path / "runs"
+    args = ["--suite", "smoke", "--method", "topk", "--protocol", "crl", "rl", "--out", str(out), "--backend", "ray", "--num-cpus", "2"]
+    assert main(args + TINY) == 0
+    for name in ("ppo-topk-crl-s0", "ppo-topk-rl-s0"):
+        assert is_complete(out / "smoke" / name)
+        assert (out / "smoke" / name / "sweep.log").read_text().startswith("$ ")
+    runner = FakeRunner()
+    outcomes = run_sweep(SweepConfig(suites=("smoke",), methods=("topk",), protocols=("crl", "rl"), out=out), "ray", runner)
+    assert [o.status for o in outcomes] == ["skipped", "skipped"] and not runner.calls
+
+
+def test_sequential_real_cli_then_report(tmp_path: Path) -> None:
+    """One real trial through the CLI subprocess (the path without Ray), then the report on its folder."""
+    out = tmp_path / "runs"
+    args = ["--suite", "smoke", "--method", "topk", "--out", str(out), "--backend", "sequential"]
+    assert main(args + TINY) == 0
+    results = json.loads((out / "smoke" / "ppo-topk-crl-s0" / "results.json").read_text())
+    assert results["complete"] and results["tasks"] == ["pendulum-0", "pendulum-1"] and results["steps_per_task"] == 128
+    report = subprocess.run(
+        [sys.executable, "-m", "rl_moe.report", str(out), "--out", str(tmp_path / "rep"), "--reps", "200"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert f"| pendulum-0 | {results['own_success'][0]:.2f} |" in md  # one seed: the mean alone
+    if importlib.util.find_spec("matplotlib"):
+        assert (tmp_path / "rep" / "plasticity-entk_rank_smoke_ppo_crl.png").read_bytes()[:4] == b"\x89PNG"
