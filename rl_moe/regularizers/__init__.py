@@ -1,5 +1,74 @@
 """Regularizers: SPHERE and the plasticity baselines, in a registry by name."""
 
-from rl_moe.regularizers.base import PHASES, LossContext, Penalty, Regularizer, grad_norm, grad_ratio_coef
+from __future__ import annotations
 
-__all__ = ["PHASES", "LossContext", "Penalty", "Regularizer", "grad_norm", "grad_ratio_coef"]
+from typing import Any
+
+from rl_moe.regularizers.base import PHASES, LossContext, Penalty, Regularizer, grad_norm, grad_ratio_coef
+from rl_moe.regularizers.cbp import ContinualBackprop
+from rl_moe.regularizers.cchain import CChain
+from rl_moe.regularizers.load_balance import LoadBalance
+from rl_moe.regularizers.ortho import Orthogonality
+from rl_moe.regularizers.parseval import Parseval
+from rl_moe.regularizers.redo import ReDo
+from rl_moe.regularizers.specnorm import SpectralNorm, StackedSpectralNorm, apply_spectral_norm
+from rl_moe.regularizers.specreg import SpectralReg
+from rl_moe.regularizers.sphere import SPHERE_PRESETS, Sphere, SphereConfig, sphere_config
+
+#: Regularizers by method name (CLI ``--method``).
+REGISTRY: dict[str, type[Regularizer]] = {
+    "sphere": Sphere,
+    "pw": Parseval,
+    "cbp": ContinualBackprop,
+    "redo": ReDo,
+    "cchain": CChain,
+    "specnorm": SpectralNorm,
+    "specreg": SpectralReg,
+    "lb": LoadBalance,
+    "ortho": Orthogonality,
+}
+
+
+def make_regularizer(name: str, **kwargs: Any) -> Regularizer:
+    """Build the regularizer registered as ``name`` with its keyword arguments.
+
+    :raises ValueError: for an unknown name or argument, naming the valid choices
+    """
+    if name not in REGISTRY:
+        raise ValueError(f"unknown regularizer {name!r}; valid choices: {', '.join(REGISTRY)}")
+    cls = REGISTRY[name]
+    try:
+        return cls(**kwargs)
+    except TypeError as err:
+        import inspect
+
+        valid = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "config", "overrides")]
+        if cls is Sphere:
+            valid += list(SphereConfig.__dataclass_fields__)
+        raise ValueError(f"bad arguments for regularizer {name!r} ({err}); valid choices: {', '.join(valid)}") from None
+
+
+__all__ = [
+    "PHASES",
+    "REGISTRY",
+    "SPHERE_PRESETS",
+    "CChain",
+    "ContinualBackprop",
+    "LoadBalance",
+    "LossContext",
+    "Orthogonality",
+    "Parseval",
+    "Penalty",
+    "ReDo",
+    "Regularizer",
+    "SpectralNorm",
+    "SpectralReg",
+    "Sphere",
+    "SphereConfig",
+    "StackedSpectralNorm",
+    "apply_spectral_norm",
+    "grad_norm",
+    "grad_ratio_coef",
+    "make_regularizer",
+    "sphere_config",
+]

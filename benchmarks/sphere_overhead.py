@@ -1,0 +1,146 @@
+"""SPHERE's cost per PPO minibatch update, as ratios against the same update without it.
+
+One PPO minibatch update (MoE actor E experts, K=2, 3x256, dense critic, batch 256, obs 39, act 4:
+the MetaWorld setting) is timed with and without the penalty on the same data, interleaved
+in a shuffled order every round; the figure is the median over rounds of the per-round ratio. With one torch thread all work runs on the calling thread, so its
+CPU time (``time.thread_time``) is measured: unlike wall time it does not count waiting for cores
+that other processes hold. Variants:
+
+- ``sphere (fixed lambda)``: the penalty alone (sample-space Gram, routed rows only);
+- ``sphere (adaptive lambda)``: the paper default, adds the two gradient norms of App. A.3;
+- ``sphere (adaptive, ratio_every=8)``: the gradient-norm ratio refreshed every 8 minibatches;
+- ``naive feature Gram``: A = Phi^T Phi / N on the dense Phi (m = E*256 >> N), for reference;
+- ``naive per-expert loop``: sample Gram with one autograd product per expert, for reference.
+
+Run: ``python benchmarks/sphere_overhead.py [--experts 10 160] [--rounds 15] [--threads 1]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+import types
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from rl_moe.policies import MoEActorCriticPolicy
+from rl_moe.regularizers import LossContext, Sphere
+from rl_moe.regularizers.gram import GramStats
+from rl_moe.regularizers.sphere import sphere_value
+
+N, OBS, ACT = 256, 39, 4
+
+
+def _naive_feature(out) -> torch.Tensor:
+    phi = out.phi()  # (N, m)
+    a = phi.t() @ phi / phi.shape[0]  # (m, m)
+    return a.pow(2).sum() - a.trace() ** 2 / a.shape[0]
+
+
+def _naive_loop(out) -> torch.Tensor:
+    g = out.groups[0]
+    d, f = g.dispatch, g.expert.hidden[-1] * g.dispatch.weight[:, None]  # (R, H)
+    gram = f.new_zeros(N, N)
+    for rows, idx in zip(torch.split(f, list(d.counts)), torch.split(d.sample_idx, list(d.counts))):
+        if rows.shape[0]:
+            gram = gram.index_put((idx[:, None], idx[None, :]), rows @ rows.t(), accumulate=True)
+    gram = gram / N
+    m = d.n_experts * f.shape[1]
+    return sphere_value(GramStats(gram.pow(2).sum(), gram.trace(), m, N, gram))
+
+
+def make_update(policy: MoEActorCriticPolicy, data: dict[str, torch.Tensor]) -> Callable[[str], None]:
+    algo = types.SimpleNamespace(policy=policy)
+    regs = {
+        "fixed": Sphere(rho=1e-3, coef_mode="fixed"),
+        "adaptive": Sphere(rho=0.1),
+        "adaptive8": Sphere(rho=0.1, ratio_every=8),
+    }
+
+    def update(variant: str) -> None:
+        values, log_prob, _ = policy.evaluate_actions(data["obs"], data["act"])
+        ratio = torch.exp(log_prob - data["old_log_prob"])
+        adv = data["adv"]
+        policy_loss = -torch.min(adv * ratio, adv * ratio.clamp(0.8, 1.2)).mean()
+        value_loss = torch.nn.functional.mse_loss(data["ret"], values.flatten())
+        loss = policy_loss + 0.5 * value_loss
+        out = policy.last_actor_output
+        if variant in regs:
+            reg = regs[variant]
+            ctx = LossContext(algo, "ppo", None, out, None, losses={"actor": policy_loss, "value": value_loss})
+            for term in reg.penalty(ctx):
+                loss = loss + term.coef * term.loss
+        elif variant == "feature":
+            loss = loss + 1e-3 * _naive_feature(out)
+        elif variant == "loop":
+            loss = loss + 1e-3 * _naive_loop(out)
+        policy.optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
+        policy.optimizer.step()
+
+    return update
+
+
+def bench(n_experts: int, rounds: int, variants: list[str]) -> dict[str, float]:
+    """Median over rounds of (variant time / no-SPHERE time), the order shuffled in every round."""
+    torch.manual_seed(0)
+    obs_space = spaces.Box(-1, 1, (OBS,), np.float32)
+    act_space = spaces.Box(-1, 1, (ACT,), np.float32)
+    policy = MoEActorCriticPolicy(obs_space, act_space, lambda _: 3e-4, n_experts=n_experts, top_k=2)
+    data = dict(
+        obs=torch.randn(N, OBS), act=torch.rand(N, ACT) * 2 - 1, adv=torch.randn(N), ret=torch.randn(N), old_log_prob=torch.randn(N) - 4
+    )
+    update = make_update(policy, data)
+    for v in variants:  # warm-up
+        update(v)
+    rng = random.Random(0)
+    ratios: dict[str, list[float]] = {v: [] for v in variants}
+    for _ in range(rounds):
+        order = ["none", *variants]
+        rng.shuffle(order)
+        took = {}
+        for v in order:
+            t0 = time.thread_time()
+            update(v)
+            took[v] = time.thread_time() - t0
+        for v in variants:
+            ratios[v].append(took[v] / took["none"])
+    return {v: statistics.median(r) for v, r in ratios.items()}
+
+
+LABELS = {
+    "fixed": "sphere (fixed lambda)",
+    "adaptive": "sphere (adaptive lambda, default)",
+    "adaptive8": "sphere (adaptive, ratio_every=8)",
+    "feature": "naive feature-space Gram (m x m)",
+    "loop": "naive per-expert loop, sample space",
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experts", type=int, nargs="+", default=[10, 160])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (CPU time is exact for 1)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"PPO minibatch update, batch {N}, MoE actor 3x256 K=2, dense critic, CPU, {args.threads} thread(s)")
+    print("ratio = thread CPU time with the variant / that of the same update without SPHERE (median over rounds)")
+    for e in args.experts:
+        variants = ["fixed", "adaptive", "adaptive8", "loop"]
+        med = bench(e, args.rounds if e <= 40 else max(6, args.rounds // 3), variants)
+        if e <= 40:  # the m x m Gram is too slow for large E; timed apart so its memory churn stays out
+            med.update(bench(e, 5, ["feature"]))
+        print(f"E={e}:")
+        for v, ratio in med.items():
+            print(f"  {LABELS[v]:<40s} {ratio:.3f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""C-CHAIN: continual churn approximated reduction (Tang et al. 2025, "Mitigating plasticity loss in
+continual RL by reducing churn", ICML).
+
+Adds c * MSE(f_theta(x), f_prev(x)), f_prev the network as it was before the previous minibatch
+update, on the current minibatch. c is set per update to 0.05 * mean|L_pg| / mean L_reg over the
+last 100 updates (c = 100 during the first 50); L_pg is the PPO policy loss or TD3 actor loss
+(critic target: the critic loss).
+
+Choices: f is the network's raw output (actor mean before any tanh; critic value or Q), the
+reference batch is the training minibatch itself (its forward is already computed), and the
+snapshot network is run on the exact input of that forward, captured by a forward pre-hook. The
+term is zero before the first update (no snapshot yet). Needs rl_moe networks (``MoEOutput``;
+the dense ``mlp`` kind included); plain SB3 networks get no term.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
+from rl_moe.regularizers.targets import active_roles, check_target, reference_loss, role_networks, role_outputs
+
+
+class _Snapshot:
+    """The previous parameters of one network, a frozen copy, and the last input it saw."""
+
+    def __init__(self, net: nn.Module) -> None:
+        self.net = net
+        # Copied before the hook is registered, so running the copy does not overwrite the capture.
+        self.copy = copy.deepcopy(net).requires_grad_(False)
+        self.ready = False
+        self.pending: list[Tensor] | None = None
+        self.last_input: Tensor | None = None
+        net.register_forward_pre_hook(self._capture)
+
+    def _capture(self, _module: nn.Module, args: tuple[Any, ...]) -> None:
+        self.last_input = args[0].detach() if args else None
+
+    @torch.no_grad()
+    def hold_current(self) -> None:
+        """Copy the parameters about to be updated (they become the snapshot after the step)."""
+        self.pending = [p.detach().clone() for p in self.net.parameters()]
+
+    @torch.no_grad()
+    def commit(self) -> None:
+        if self.pending is None:
+            return
+        for dst, src in zip(self.copy.parameters(), self.pending):
+            dst.copy_(src)
+        self.pending, self.ready = None, True
+
+
+class CChain(Regularizer):
+    """Churn reduction towards the previous-update network.
+
+    :param target_ratio: 0.05, the target ratio of the churn term to the policy loss
+    :param initial_coef: c during warm-up (100)
+    :param warmup: updates using ``initial_coef`` (50)
+    :param window: updates in the running means (100)
+    :param target: ``actor``, ``critic`` or ``both``
+    """
+
+    name = "cchain"
+
+    def __init__(
+        self, target_ratio: float = 0.05, initial_coef: float = 100.0, warmup: int = 50, window: int = 100, target: str = "actor"
+    ) -> None:
+        self.target_ratio, self.initial_coef, self.warmup = target_ratio, initial_coef, warmup
+        self.roles = check_target(target)
+        self._snaps: dict[int, _Snapshot] = {}
+        self._pg: dict[str, deque[float]] = {r: deque(maxlen=window) for r in self.roles}
+        self._reg: dict[str, deque[float]] = {r: deque(maxlen=window) for r in self.roles}
+        self._held: dict[str, list[_Snapshot]] = {}
+
+    def _snapshot(self, net: nn.Module) -> _Snapshot:
+        if id(net) not in self._snaps:
+            self._snaps[id(net)] = _Snapshot(net)
+        return self._snaps[id(net)]
+
+    def on_training_start(self, algo: Any) -> None:
+        for role in self.roles:
+            for net in role_networks(algo.policy, role):
+                self._snapshot(net)  # hooks must exist before the first training forward
+
+    def coefficient(self, role: str) -> float:
+        pg, reg = self._pg[role], self._reg[role]
+        if len(pg) < self.warmup or sum(reg) <= 0:
+            return self.initial_coef
+        return self.target_ratio * (sum(abs(v) for v in pg) / len(pg)) / (sum(reg) / len(reg))
+
+    def penalty(self, ctx: LossContext) -> list[Penalty]:
+        terms = []
+        for role in active_roles(ctx.phase, self.roles):
+            pairs = role_outputs(ctx, role)
+            if not pairs:  # needs networks returning MoEOutput (rl_moe networks, dense ones included)
+                continue
+            snaps = [self._snapshot(n) for n, _ in pairs]
+            losses = []
+            for snap, (_, out) in zip(snaps, pairs):
+                if snap.ready and snap.last_input is not None:
+                    with torch.no_grad():
+                        prev = snap.copy(snap.last_input).out
+                    losses.append(F.mse_loss(out.out, prev))
+            ref = ctx.losses["policy"] if (ctx.phase, role) == ("ppo", "actor") else reference_loss(ctx, role)
+            loss = torch.stack(losses).sum() if losses else ref.new_zeros(())
+            coef = self.coefficient(role)
+            if losses:
+                self._pg[role].append(float(ref.detach()))
+                self._reg[role].append(float(loss.detach()))
+            for snap in snaps:
+                snap.hold_current()
+            self._held[role] = snaps
+            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{role}", loss, coef))
+        return terms
+
+    def after_update(self, algo: Any, phase: str) -> None:
+        for role in active_roles(phase, self.roles):
+            for snap in self._held.pop(role, []):
+                snap.commit()

@@ -1,0 +1,332 @@
+"""Gram statistics of block-sparse MoE feature matrices (SPHERE paper, Eq. 26 and App. A.2).
+
+Phi (N, m) is the routing-weighted concatenation of expert features; with Top-K routing each row
+has only K non-zero blocks. SPHERE needs only ||A||_F^2 and tr(A) of A = Phi^T Phi / N, which equal
+those of the sample Gram G = Phi Phi^T / N. G is built expert by expert over routed rows only:
+G_ij = sum_e h_ie h_je <feat_e(x_i), feat_e(x_j)>. The rows of an expert are a contiguous slice of
+the dispatch; experts of similar load are grouped into buckets, each bucket's rows are padded into
+a (B, C, H) block (one gather for all buckets), multiplied with one ``bmm`` per bucket and
+scattered into G with one ``scatter_add`` for all buckets. The routing weights multiply the (C, C)
+products rather than the (C, H) features, and the backward is written by hand (one bmm per bucket
+instead of two, gathers instead of scatters). The m x m feature Gram is used only when m <= N.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from rl_moe.nn import Dispatch
+
+#: Where the Gram may be computed.
+GRAM_SPACES: tuple[str, ...] = ("auto", "sample", "feature")
+#: Fixed cost of one more bucket (two bmm calls), in multiply-adds; tuned on CPU at E=10 and E=160.
+_BUCKET_COST = 0.5e6
+_MAX_LEVELS = 48
+
+
+class FeatureBlock(NamedTuple):
+    """Rows of one expert stack, sorted by expert as in ``dispatch``.
+
+    The row scale (the routing weight h_ie for the weighted Phi) is kept apart from the features
+    because applying it to the (C, C) products is cheaper than to the (C, H) features.
+    """
+
+    dispatch: Dispatch
+    feats: Tensor  # (R, H) unscaled features
+    scale: Tensor | None = None  # (R,) row scale, None for 1
+
+    def scaled(self) -> Tensor:
+        return self.feats if self.scale is None else self.feats * self.scale[:, None]  # (R, H)
+
+
+class GramStats(NamedTuple):
+    """||A||_F^2 and tr(A) of A = Phi^T Phi / N (equal to those of G = Phi Phi^T / N)."""
+
+    fro2: Tensor  # () differentiable
+    trace: Tensor  # () differentiable
+    dim: int  # m, columns of Phi
+    n: int  # N, rows of Phi
+    gram: Tensor  # the Gram actually built: (N, N) sample space or (m, m) feature space
+
+
+def feature_dim(blocks: Sequence[FeatureBlock]) -> int:
+    """m = sum over stacks of E * H."""
+    return sum(b.dispatch.n_experts * b.feats.shape[1] for b in blocks)
+
+
+def dense_phi(blocks: Sequence[FeatureBlock]) -> Tensor:
+    """Phi (N, m) materialised; zero blocks for unselected experts."""
+    cols = []
+    for b in blocks:
+        d, f = b.dispatch, b.scaled()  # f: (R, H)
+        dense = f.new_zeros(d.n_samples, d.n_experts, f.shape[1]).index_put((d.sample_idx, d.expert_idx), f)
+        cols.append(dense.reshape(d.n_samples, -1))  # (N, E*H)
+    return torch.cat(cols, dim=1)
+
+
+def _is_full(d: Dispatch) -> bool:
+    """Every sample goes to every expert, in sample order (Dense-MoE, Soft-MoE, shared, E=1)."""
+    if not all(c == d.n_samples for c in d.counts):
+        return False
+    in_order = torch.arange(d.n_samples, device=d.sample_idx.device).repeat(d.n_experts)
+    return bool(torch.equal(d.sample_idx, in_order))
+
+
+def _buckets(counts: Sequence[int], width: int) -> list[list[int]]:
+    """Experts grouped so that one padded bmm per group is cheapest overall.
+
+    Experts sorted by load are cut into contiguous groups by a small dynamic program over the
+    distinct loads (quantised to ~8% steps when there are many); a group costs its padded
+    multiply-adds plus a fixed cost per bmm.
+    """
+    by_load: dict[int, list[int]] = {}
+    for e, c in enumerate(counts):
+        if c > 0:
+            by_load.setdefault(c, []).append(e)
+    loads = sorted(by_load)
+    if len(loads) > _MAX_LEVELS:  # merge nearby loads so the program stays tiny
+        merged: dict[int, list[tuple[int, int]]] = {}
+        for c in loads:
+            key = round(math.log(c) / math.log(1.08))
+            merged.setdefault(key, []).extend((c, e) for e in by_load[c])
+        levels = [sorted(v) for _, v in sorted(merged.items())]
+        caps = [lv[-1][0] for lv in levels]
+        members = [[e for _, e in lv] for lv in levels]
+    else:
+        caps, members = loads, [by_load[c] for c in loads]
+    n_lv = len(caps)
+    best = [0.0] + [float("inf")] * n_lv  # best[j]: cost of the first j levels
+    cut = [0] * (n_lv + 1)
+    for j in range(1, n_lv + 1):
+        n_exp = 0
+        for i in range(j - 1, -1, -1):
+            n_exp += len(members[i])
+            cost = best[i] + n_exp * caps[j - 1] ** 2 * width + _BUCKET_COST
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], n_lv
+    while j > 0:
+        groups.append([e for lv in members[cut[j] : j] for e in lv])
+        j = cut[j]
+    return groups
+
+
+class _Plan(NamedTuple):
+    """Padded layout of one expert stack, all buckets laid end to end.
+
+    Slot t of the padded rows holds feature row ``rows[t]``. Bucket k owns the slots
+    ``[row_off[k], row_off[k+1])`` as a (B_k, C_k) grid and the products
+    ``[prod_off[k], prod_off[k+1])`` as (B_k, C_k, C_k); product p lands in G at ``flat[p]`` (pads
+    go to the spare slot N*N). A full dispatch needs no indices: ``flat`` is None and its only
+    bucket is (E, N).
+    """
+
+    rows: Tensor  # (T,) long
+    slot_of_row: Tensor  # (R,) long, the padded slot holding each feature row
+    shapes: tuple[tuple[int, int], ...]  # (B_k, C_k) per bucket
+    row_off: tuple[int, ...]
+    prod_off: tuple[int, ...]
+    flat: Tensor | None  # (P,) long
+
+
+def _plan(d: Dispatch, width: int) -> _Plan:
+    """Index plan of one expert stack, built in numpy (tiny integer arrays, no autograd)."""
+    dev, n = d.sample_idx.device, d.n_samples
+    if _is_full(d):
+        total = d.n_experts * n
+        rows = torch.arange(total, device=dev)
+        return _Plan(rows, rows, ((d.n_experts, n),), (0, total), (0, d.n_experts * n * n), None)
+    counts = np.asarray(d.counts)  # (E,)
+    groups = _buckets(d.counts, width)
+    shapes = [(len(g), int(counts[g].max())) for g in groups]
+    row_off = np.cumsum([0] + [b * c for b, c in shapes])
+    prod_off = np.cumsum([0] + [b * c * c for b, c in shapes])
+    # Slot of expert e's first row: its bucket's offset + its place in the bucket * the bucket's cap.
+    first_slot = np.zeros(len(counts), dtype=np.int64)
+    for k, g in enumerate(groups):
+        first_slot[g] = row_off[k] + np.arange(len(g)) * shapes[k][1]
+    expert_of_row = np.repeat(np.arange(len(counts)), counts)  # (R,)
+    local = np.arange(len(expert_of_row)) - (np.cumsum(counts) - counts)[expert_of_row]  # (R,)
+    slot_of_row = first_slot[expert_of_row] + local  # (R,)
+    rows = np.zeros(row_off[-1], dtype=np.int64)  # pads read row 0
+    rows[slot_of_row] = np.arange(len(slot_of_row))
+    sample = np.full(row_off[-1], -1, dtype=np.int64)  # -1 marks pads
+    sample[slot_of_row] = d.sample_idx.detach().cpu().numpy()
+    flat = np.empty(prod_off[-1], dtype=np.int64)
+    for k, (n_b, cap) in enumerate(shapes):
+        s_k = sample[row_off[k] : row_off[k + 1]].reshape(n_b, cap)
+        f_k = s_k[:, :, None] * n + s_k[:, None, :]  # (B, C, C)
+        f_k[(s_k[:, :, None] < 0) | (s_k[:, None, :] < 0)] = n * n
+        flat[prod_off[k] : prod_off[k + 1]] = f_k.ravel()
+    as_t = lambda a: torch.from_numpy(a).to(dev)
+    return _Plan(
+        as_t(rows), as_t(slot_of_row), tuple(shapes), tuple(int(o) for o in row_off), tuple(int(o) for o in prod_off), as_t(flat)
+    )
+
+
+def _bmm_buckets(plan: _Plan, a: Tensor, b: Tensor, out: Tensor, b_is_prod: bool) -> None:
+    """One bmm per bucket, written into slices of ``out``.
+
+    :param b_is_prod: False: ``a``, ``b`` are padded rows (T, H) and out_k = a_k b_k^T are products
+        (P,); True: ``a`` holds products (P,), ``b`` rows (T, H), and out_k = a_k b_k are rows (T, H)
+    """
+    h = a.shape[-1] if not b_is_prod else b.shape[-1]
+    for k, (n_b, cap) in enumerate(plan.shapes):
+        r0, r1, p0, p1 = plan.row_off[k], plan.row_off[k + 1], plan.prod_off[k], plan.prod_off[k + 1]
+        if b_is_prod:
+            torch.bmm(a[p0:p1].view(n_b, cap, cap), b[r0:r1].view(n_b, cap, h), out=out[r0:r1].view(n_b, cap, h))
+        else:
+            rows = a[r0:r1].view(n_b, cap, h)
+            torch.bmm(rows, b[r0:r1].view(n_b, cap, h).transpose(1, 2), out=out[p0:p1].view(n_b, cap, cap))
+
+
+def _outer(plan: _Plan, sp: Tensor) -> Tensor:
+    """(P,) products s_a * s_c of the row scales within each bucket."""
+    out = sp.new_empty(plan.prod_off[-1])
+    for k, (n_b, cap) in enumerate(plan.shapes):
+        s_k = sp[plan.row_off[k] : plan.row_off[k + 1]].view(n_b, cap)
+        torch.mul(s_k[:, :, None], s_k[:, None, :], out=out[plan.prod_off[k] : plan.prod_off[k + 1]].view(n_b, cap, cap))
+    return out
+
+
+class _SampleGram(torch.autograd.Function):
+    """(||G||_F^2, tr G, G) of G = Phi Phi^T / N with a hand-written backward.
+
+    Per stack: padded rows P (one gather), raw = P P^T per bucket (one bmm each), prod = raw * (s s^T)
+    scattered into G (one scatter_add; pad products land in a spare slot). The upstream gradient
+    dL/dG = 2 g G + t I is symmetric, so dP = 2 (dprod * s s^T) P takes one bmm per bucket, and
+    ds = 2 (dprod * raw) s one matrix-vector bmm per bucket; rows come back by one gather.
+    """
+
+    @staticmethod
+    def forward(ctx, n: int, plans: list[_Plan], *tensors: Tensor | None):  # type: ignore[override]
+        feats, scales = tensors[0::2], tensors[1::2]
+        gram = feats[0].new_zeros(n * n + 1)  # the spare last slot takes pad products
+        saved = []
+        for f, s, plan in zip(feats, scales, plans):
+            p = f.index_select(0, plan.rows)  # (T, H)
+            raw = f.new_empty(plan.prod_off[-1])  # (P,)
+            _bmm_buckets(plan, p, p, raw, b_is_prod=False)
+            sp = None if s is None else s.index_select(0, plan.rows)  # (T,)
+            outer = None if sp is None else _outer(plan, sp)  # (P,)
+            prod = raw if outer is None else raw * outer
+            if plan.flat is None:
+                gram[: n * n] += prod.view(-1, n * n).sum(0)
+            else:
+                gram.scatter_add_(0, plan.flat, prod)
+            saved.append((p, raw, sp, outer))
+        gram = gram[: n * n].view(n, n) / n
+        ctx.n, ctx.plans, ctx.saved = n, plans, saved
+        ctx.has_scale = [s is not None for s in scales]
+        ctx.save_for_backward(gram)
+        ctx.mark_non_differentiable(gram)
+        return gram.pow(2).sum(), gram.diagonal().sum(), gram
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g_fro2: Tensor, g_trace: Tensor, _g_gram: Tensor):  # type: ignore[override]
+        (gram,) = ctx.saved_tensors
+        n = ctx.n
+        # 2 * dL/dG / N, with a zero spare slot so pad entries get no gradient.
+        d_gram = gram.new_zeros(n * n + 1)
+        torch.mul(gram.flatten(), 4 * g_fro2 / n, out=d_gram[: n * n])
+        d_gram[: n * n : n + 1] += 2 * g_trace / n
+        grads: list[Tensor | None] = []
+        for k, (plan, (p, raw, sp, outer)) in enumerate(zip(ctx.plans, ctx.saved)):
+            need_f, need_s = ctx.needs_input_grad[2 + 2 * k], ctx.has_scale[k] and ctx.needs_input_grad[3 + 2 * k]
+            if plan.flat is None:
+                d_prod = d_gram[: n * n].repeat(plan.shapes[0][0])  # (E*N*N,)
+            else:
+                d_prod = d_gram.index_select(0, plan.flat)  # (P,)
+            d_f = d_s = None
+            # Each feature row sits in exactly one padded slot: gathering by slot replaces a scatter.
+            if need_f:
+                d_p = torch.empty_like(p)  # (T, H)
+                _bmm_buckets(plan, d_prod if outer is None else d_prod * outer, p, d_p, b_is_prod=True)
+                d_f = d_p.index_select(0, plan.slot_of_row)
+            if need_s:
+                weighted = d_prod * raw  # (P,)
+                d_sp = torch.empty_like(sp)  # (T,)
+                _bmm_buckets(plan, weighted, sp[:, None], d_sp[:, None], b_is_prod=True)
+                d_s = d_sp.index_select(0, plan.slot_of_row)
+            grads += [d_f, d_s]
+        return (None, None, *grads)
+
+
+def sample_gram_stats(blocks: Sequence[FeatureBlock]) -> tuple[Tensor, Tensor, Tensor]:
+    """(||G||_F^2, tr G, G detached) of G = Phi Phi^T / N from routed rows only."""
+    n = blocks[0].dispatch.n_samples
+    plans = [_plan(b.dispatch, b.feats.shape[1]) for b in blocks]
+    tensors: list[Tensor | None] = []
+    for b in blocks:
+        tensors += [b.feats, b.scale]
+    return _SampleGram.apply(n, plans, *tensors)
+
+
+def sample_gram(blocks: Sequence[FeatureBlock]) -> Tensor:
+    """G = Phi Phi^T / N (N, N), not differentiable (use :func:`gram_stats` for the penalty)."""
+    return sample_gram_stats(blocks)[2]
+
+
+def feature_gram(blocks: Sequence[FeatureBlock]) -> Tensor:
+    """A = Phi^T Phi / N (m, m); only sensible when m <= N."""
+    phi = dense_phi(blocks)  # (N, m)
+    return phi.t() @ phi / phi.shape[0]
+
+
+def gram_stats(blocks: Sequence[FeatureBlock], space: str = "auto") -> GramStats:
+    """||A||_F^2 and tr(A) computed in the smaller space.
+
+    :param blocks: feature blocks of every expert stack (same N)
+    :param space: ``auto`` (feature space iff m <= N), ``sample`` or ``feature``
+    """
+    if space not in GRAM_SPACES:
+        raise ValueError(f"unknown Gram space {space!r}; valid choices: {', '.join(GRAM_SPACES)}")
+    m, n = feature_dim(blocks), blocks[0].dispatch.n_samples
+    use_feature = space == "feature" or (space == "auto" and m <= n)
+    if use_feature:
+        gram = feature_gram(blocks)
+        return GramStats(gram.pow(2).sum(), gram.diagonal().sum(), m, n, gram)
+    fro2, trace, gram = sample_gram_stats(blocks)
+    return GramStats(fro2, trace, m, n, gram)
+
+
+def per_expert_stats(blocks: Sequence[FeatureBlock]) -> list[GramStats]:
+    """Per-expert Grams A_e = F_e^T F_e / N (H, H), without cross-expert blocks.
+
+    One :class:`GramStats` per stack whose ``fro2`` and ``trace`` are vectors over its active
+    experts (idle experts have a zero Gram and add nothing); one padded bmm per bucket.
+    """
+    out = []
+    for b in blocks:
+        d, h = b.dispatch, b.feats.shape[1]
+        plan = _plan(d, h)
+        p = b.feats.index_select(0, plan.rows)  # (T, H)
+        valid = b.feats.new_zeros(plan.row_off[-1]).index_fill(0, plan.slot_of_row, 1.0)  # (T,) 0 on pads
+        sp = valid if b.scale is None else b.scale.index_select(0, plan.rows) * valid  # (T,)
+        fro2, trace = [], []
+        for k, (n_b, cap) in enumerate(plan.shapes):
+            r0, r1 = plan.row_off[k], plan.row_off[k + 1]
+            rows, s_k = p[r0:r1].view(n_b, cap, h), sp[r0:r1].view(n_b, cap)
+            g = torch.bmm(rows, rows.transpose(1, 2)) * (s_k[:, :, None] * s_k[:, None, :]) / d.n_samples  # (B, C, C)
+            fro2.append(g.pow(2).sum((1, 2)))
+            trace.append(g.diagonal(dim1=1, dim2=2).sum(1))
+        out.append(GramStats(torch.cat(fro2), torch.cat(trace), h, d.n_samples, p.new_zeros(0)))
+    return out
+
+
+def effective_rank(gram: Tensor) -> float:
+    """r_e = exp(entropy of the normalised positive eigenvalues) of an SPSD matrix."""
+    eig = torch.linalg.eigvalsh(gram.detach().double())
+    eig = eig[eig > eig.max().clamp_min(0) * 1e-12]
+    if eig.numel() == 0:
+        return 0.0
+    p = eig / eig.sum()
+    return float(torch.exp(-(p * p.log()).sum()))

@@ -1,0 +1,45 @@
+"""Expert orthogonality loss (geometric-regularization paper, Eq. 1).
+
+L = lambda * sum_{i<j} <W~_i, W~_j>^2, W~_e = vec(W_e) / ||vec(W_e)|| the normalised flattened
+first-layer weights of expert e. Each expert stack (DS-MoE: shared and routed) is its own set;
+a stack with one expert (dense MLP) contributes 0.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
+from rl_moe.regularizers.targets import active_roles, check_target, expert_stacks, role_networks
+
+
+def orthogonality_loss(w: Tensor) -> Tensor:
+    """sum_{i<j} <w_i, w_j>^2 of the normalised rows of ``w`` (E, ...) flattened."""
+    flat = w.reshape(w.shape[0], -1)
+    flat = flat / flat.norm(dim=1, keepdim=True).clamp_min(1e-12)  # (E, P)
+    cos = flat @ flat.t()  # (E, E)
+    return (cos.pow(2).sum() - cos.diagonal().pow(2).sum()) / 2
+
+
+class Orthogonality(Regularizer):
+    """Pairwise squared cosine of the experts' first-layer weights.
+
+    :param coef: lambda (1e-3, the paper's cross-dataset setting)
+    :param target: ``actor``, ``critic`` or ``both``
+    """
+
+    name = "ortho"
+
+    def __init__(self, coef: float = 1e-3, target: str = "actor") -> None:
+        self.coef = coef
+        self.roles = check_target(target)
+
+    def penalty(self, ctx: LossContext) -> list[Penalty]:
+        terms = []
+        for role in active_roles(ctx.phase, self.roles):
+            stacks = [s for net in role_networks(ctx.algo.policy, role) for s in expert_stacks(net) if s.n_experts > 1]
+            if not stacks:
+                continue
+            loss = sum(orthogonality_loss(s.weights[0]) for s in stacks)
+            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{role}", loss, self.coef))
+        return terms

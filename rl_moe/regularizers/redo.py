@@ -1,0 +1,82 @@
+"""ReDo: recycling dormant neurons (Sokar et al. 2023, arXiv:2302.12902, Eq. 1 and Alg. 1).
+
+Score of unit i in a layer: s_i = E|h_i| / mean_j E|h_j|. A unit with s_i <= tau is dormant; every
+``frequency`` gradient steps its input weights are re-drawn from the initial distribution, its
+bias is zeroed and its outgoing weights are set to zero (so the network function is unchanged),
+and the Adam moments of those entries are zeroed.
+
+Choices: scores use the latest training minibatch; for MoE each expert is its own layer (its
+mean over j runs over that expert's units, the expectation over the rows routed to it), and an
+expert that received no rows in that minibatch is left alone. Resets act on expert hidden layers
+(every rl_moe network, the dense MLP included); the gate is not reset.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
+from rl_moe.regularizers.targets import active_roles, check_target, expert_stacks, optimizers, role_outputs
+from rl_moe.regularizers.units import layer_stats, reinit_units
+
+
+def dormant_units(mean_abs: Tensor, tau: float) -> Tensor:
+    """(E, H) bool: s_i <= tau with s_i = mean|h_i| / mean_j mean|h_j| per expert (row)."""
+    layer_mean = mean_abs.mean(dim=1, keepdim=True)  # (E, 1)
+    score = mean_abs / layer_mean.clamp_min(1e-12)
+    return (score <= tau) & (layer_mean > 0)
+
+
+class ReDo(Regularizer):
+    """Dormant-neuron recycling as a learner hook (no loss term).
+
+    :param tau: dormancy threshold (0.025 in the paper's default setting)
+    :param frequency: gradient steps between checks (1000)
+    :param target: ``actor``, ``critic`` or ``both``
+    """
+
+    name = "redo"
+
+    def __init__(self, tau: float = 0.025, frequency: int = 1000, target: str = "actor") -> None:
+        if frequency < 1:
+            raise ValueError(f"frequency must be >= 1, got {frequency}")
+        self.tau, self.frequency = tau, frequency
+        self.roles = check_target(target)
+        self._steps: dict[str, int] = {}
+        self._pending: dict[str, list[tuple[Any, list[Tensor]]]] = {}
+        self.n_reset = 0
+
+    def penalty(self, ctx: LossContext) -> list[Penalty]:
+        for role in active_roles(ctx.phase, self.roles):
+            due = (self._steps.get(role, 0) + 1) % self.frequency == 0
+            if due:  # only keep activations when a check follows this step
+                self._pending[role] = [
+                    (stack, [layer_stats(g.dispatch, g.expert, l).mean_abs for l in range(len(g.expert.hidden))])
+                    for net, out in role_outputs(ctx, role)
+                    for stack, g in zip(expert_stacks(net), out.groups)
+                ]
+        return []
+
+    def after_update(self, algo: Any, phase: str) -> None:
+        for role in active_roles(phase, self.roles):
+            self._steps[role] = self._steps.get(role, 0) + 1
+            if self._steps[role] % self.frequency == 0:
+                self.n_reset += self.recycle(self._pending.pop(role, []), optimizers(algo))
+
+    def recycle(self, layers: list[tuple[Any, list[Tensor]]], opts: list[Any]) -> int:
+        """Reset every dormant unit; returns how many were reset."""
+        count = 0
+        for stack, per_layer in layers:
+            for layer, mean_abs in enumerate(per_layer):
+                mask = dormant_units(mean_abs, self.tau)  # (E, H)
+                for e in torch.nonzero(mask.any(dim=1)).flatten().tolist():
+                    units = torch.nonzero(mask[e]).flatten()
+                    reinit_units(stack, layer, e, units, opts)
+                    count += units.numel()
+        return count
+
+    def logs(self) -> dict[str, float]:
+        return {"redo_units_reset": float(self.n_reset)}

@@ -1,0 +1,71 @@
+"""Spectral regularization (Lewandowski et al. 2025, "Learning continually by spectral regularization", ICLR).
+
+L = lambda * sum_l (sigma_max(W_l)^2 - 1)^2 over hidden layers (stacked experts: per expert).
+sigma_max comes from power iteration with persistent vectors (one step per call, ten on the first
+call), and sigma = u^T W v with u, v held constant is differentiable (its gradient is u v^T).
+
+Choices: the target is 1 for every layer and biases are not regularised; the same hidden layers as
+Parseval (expert layers but heads, gate body layers; plain nets: every Linear but the last).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
+from rl_moe.regularizers.targets import active_roles, check_target, role_hidden_weights
+
+
+class PowerIteration:
+    """Persistent left/right singular vectors of a stack of matrices (E, out, in)."""
+
+    def __init__(self, w: Tensor) -> None:
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        self.v = torch.randn(w.shape[0], w.shape[2], generator=gen).to(w)  # (E, in)
+        self.v = self.v / self.v.norm(dim=1, keepdim=True)
+        self.u = torch.zeros(w.shape[0], w.shape[1], dtype=w.dtype, device=w.device)  # (E, out)
+        self.steps = 10
+
+    @torch.no_grad()
+    def step(self, w: Tensor) -> None:
+        for _ in range(self.steps):
+            self.u = torch.nn.functional.normalize(torch.bmm(w, self.v[:, :, None])[..., 0], dim=1, eps=1e-12)
+            self.v = torch.nn.functional.normalize(torch.bmm(w.transpose(1, 2), self.u[:, :, None])[..., 0], dim=1, eps=1e-12)
+        self.steps = 1
+
+    def sigma(self, w: Tensor) -> Tensor:
+        """(E,) differentiable top singular values."""
+        return torch.einsum("eo,eoi,ei->e", self.u, w, self.v)
+
+
+def spectral_loss(w: Tensor, it: PowerIteration) -> Tensor:
+    """sum_e (sigma_max(W_e)^2 - 1)^2 for ``w`` (E, out, in)."""
+    it.step(w.detach())
+    return (it.sigma(w).pow(2) - 1).pow(2).sum()
+
+
+class SpectralReg(Regularizer):
+    """lambda * sum (sigma_max^2 - 1)^2 over the target's hidden layers.
+
+    :param coef: lambda (1e-4)
+    :param target: ``actor``, ``critic`` or ``both``
+    """
+
+    name = "specreg"
+
+    def __init__(self, coef: float = 1e-4, target: str = "actor") -> None:
+        self.coef = coef
+        self.roles = check_target(target)
+        self._iters: dict[int, PowerIteration] = {}
+
+    def penalty(self, ctx: LossContext) -> list[Penalty]:
+        terms = []
+        for role in active_roles(ctx.phase, self.roles):
+            loss = 0.0
+            for ref in role_hidden_weights(ctx.algo.policy, role):
+                w = ref.rows_out()  # (E, out, in)
+                it = self._iters.setdefault(id(ref.tensor), PowerIteration(w))
+                loss = loss + spectral_loss(w, it)
+            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{role}", loss, self.coef))
+        return terms

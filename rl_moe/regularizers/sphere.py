@@ -1,0 +1,259 @@
+"""SPHERE: Spectral Plasticity via Hyperspherical Expert REgularization (SPHERE paper, Eq. 26-27).
+
+L_SPHERE = ||A||_F^2 - tr(A)^2 / m, A = Phi^T Phi / N, where Phi (N, m) concatenates the
+routing-weighted last-hidden expert features (m = sum over expert stacks of E * H). The penalty is
+zero exactly when A is a multiple of I. It is computed in sample space from routed rows only
+(:mod:`rl_moe.regularizers.gram`) unless m <= N. A dense MLP is the E=1 case.
+
+Coefficient (App. A.3), per minibatch:
+- ``adaptive`` (default): lambda = rho * stopgrad(||grad_theta L_ref|| / (||grad_theta L_SPHERE|| + eps))
+  over the regularized network's parameters (experts and gate), L_ref = the actor loss (PPO policy
+  + entropy term; TD3 actor loss) or, for a critic placement, the critic loss (PPO value loss,
+  TD3 critic loss). Costs two extra partial backward passes per minibatch.
+- ``fixed``: lambda = rho.
+- ``loss_ratio``: lambda = rho * |L_ref| / L_SPHERE.
+A negative rho is the sign-flip intervention (Table 21): it rewards anisotropy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from rl_moe.nn import MoEOutput
+from rl_moe.regularizers.base import LossContext, Penalty, Regularizer, grad_ratio_coef
+from rl_moe.regularizers.gram import FeatureBlock, GramStats, effective_rank, gram_stats, per_expert_stats
+from rl_moe.regularizers.targets import (
+    active_roles,
+    check_choice,
+    check_target,
+    reference_loss,
+    role_outputs,
+    role_parameters,
+)
+
+COEF_MODES: tuple[str, ...] = ("adaptive", "fixed", "loss_ratio")
+LAYERS: tuple[str, ...] = ("last", "all", "joint")
+FEATURES: tuple[str, ...] = ("weighted", "unweighted")
+GRAMS: tuple[str, ...] = ("features", "gradients", "both")
+GRAD_SITES: tuple[str, ...] = ("hidden", "head")
+SPACES: tuple[str, ...] = ("auto", "sample", "feature")
+
+
+@dataclass(frozen=True)
+class SphereConfig:
+    """SPHERE settings (defaults: the paper's MetaWorld setup, Table 2).
+
+    :param rho: ratio rho of the coefficient (the coefficient itself in ``fixed`` mode); < 0 flips the sign
+    :param coef_mode: ``adaptive`` (gradient-norm ratio), ``fixed`` or ``loss_ratio``
+    :param placement: regularized network: ``actor`` (paper), ``critic`` (TD3 Table 22) or ``both``
+    :param layer: ``last`` hidden expert layer (paper), ``all`` (sum of per-layer penalties) or
+        ``joint`` (one Gram of the features of all hidden layers concatenated, Table 18)
+    :param features: ``weighted`` by the routing weights h_ie (paper) or ``unweighted``
+    :param per_expert: sum of per-expert penalties, dropping the cross-expert blocks of A
+    :param gram: penalise the feature Gram A (``features``), the backprop-gradient Gram G_last
+        (``gradients``) or both (Table 18)
+    :param grad_site: where G_last's per-sample gradients are taken: ``hidden`` = the last hidden
+        layer's activation inputs (``ExpertPass.pre[-1]``, width H), ``head`` = the expert head
+        outputs (``ExpertPass.linear[-1]``, the Kronecker partner of A_last)
+    :param alpha: fixed target scale: penalise ||A - alpha I||_F^2 instead (None = adaptive tr(A)/m)
+    :param space: Gram space: ``auto`` (feature space iff m <= N), ``sample`` or ``feature``
+    :param eps: epsilon of the adaptive ratio
+    :param rank_every: log r_e(A_last) every this many calls (0 = never; an N x N eigvalsh)
+    :param ratio_every: ``adaptive`` mode recomputes the gradient-norm ratio every this many
+        minibatches and reuses the last one in between (1 = every minibatch, the paper's rule; a
+        larger value trades exactness for the two extra backward passes)
+    """
+
+    rho: float = 0.1
+    coef_mode: str = "adaptive"
+    placement: str = "actor"
+    layer: str = "last"
+    features: str = "weighted"
+    per_expert: bool = False
+    gram: str = "features"
+    grad_site: str = "hidden"
+    alpha: float | None = None
+    space: str = "auto"
+    eps: float = 1e-8
+    rank_every: int = 50
+    ratio_every: int = 1
+
+    def __post_init__(self) -> None:
+        check_choice(self.coef_mode, COEF_MODES, "coef_mode")
+        check_target(self.placement, "placement")
+        check_choice(self.layer, LAYERS, "layer")
+        check_choice(self.features, FEATURES, "features")
+        check_choice(self.gram, GRAMS, "gram")
+        check_choice(self.grad_site, GRAD_SITES, "grad_site")
+        check_choice(self.space, SPACES, "space")
+        if self.rank_every < 0:
+            raise ValueError(f"rank_every must be >= 0, got {self.rank_every}")
+        if self.ratio_every < 1:
+            raise ValueError(f"ratio_every must be >= 1, got {self.ratio_every}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: Per-suite presets (SPHERE Table 2: rho = 0.1 on MetaWorld, 1e-3 on HumanoidBench).
+SPHERE_PRESETS: dict[str, SphereConfig] = {
+    "metaworld": SphereConfig(rho=0.1),
+    "cw10": SphereConfig(rho=0.1),
+    "cw20": SphereConfig(rho=0.1),
+    "humanoidbench": SphereConfig(rho=1e-3),
+    "hb5": SphereConfig(rho=1e-3),
+    "smoke": SphereConfig(rho=0.1),
+}
+
+
+def sphere_config(suite: str | None = None, **overrides: Any) -> SphereConfig:
+    """The preset of ``suite`` (default: MetaWorld) with ``overrides`` applied."""
+    if suite is not None:
+        check_choice(suite, SPHERE_PRESETS, "suite")
+    unknown = sorted(set(overrides) - set(SphereConfig.__dataclass_fields__))
+    if unknown:
+        raise ValueError(f"unknown SPHERE option {unknown[0]!r}; valid choices: {', '.join(SphereConfig.__dataclass_fields__)}")
+    return replace(SPHERE_PRESETS[suite] if suite else SphereConfig(), **overrides)
+
+
+def sphere_value(stats: GramStats, alpha: float | None = None) -> Tensor:
+    """||A||_F^2 - tr(A)^2 / m, or ||A - alpha I||_F^2 = ||A||^2 - 2 alpha tr(A) + alpha^2 m."""
+    if alpha is None:
+        return stats.fro2 - stats.trace.pow(2) / stats.dim
+    return stats.fro2 - 2 * alpha * stats.trace + alpha**2 * stats.dim
+
+
+def feature_blocks(out: MoEOutput, layers: tuple[int, ...], weighted: bool) -> list[FeatureBlock]:
+    """One block per expert stack; several layers are concatenated along the feature axis."""
+    blocks = []
+    for g in out.groups:
+        hs = [g.expert.hidden[i] for i in layers]
+        feats = hs[0] if len(hs) == 1 else torch.cat(hs, dim=1)  # (R, sum H)
+        blocks.append(FeatureBlock(g.dispatch, feats, g.dispatch.weight if weighted else None))
+    return blocks
+
+
+def _coef_adaptive(rho: float, ref: Tensor, loss: Tensor, params: list, eps: float) -> float:
+    return grad_ratio_coef(rho, ref, loss, params, eps)
+
+
+def _coef_fixed(rho: float, ref: Tensor, loss: Tensor, params: list, eps: float) -> float:
+    return float(rho)
+
+
+def _coef_loss_ratio(rho: float, ref: Tensor, loss: Tensor, params: list, eps: float) -> float:
+    return float(rho * ref.detach().abs() / (loss.detach() + eps))
+
+
+#: coef_mode -> coefficient rule (rho, reference loss, penalty, params, eps) -> lambda.
+COEF_RULES: dict[str, Callable[[float, Tensor, Tensor, list, float], float]] = {
+    "adaptive": _coef_adaptive,
+    "fixed": _coef_fixed,
+    "loss_ratio": _coef_loss_ratio,
+}
+
+
+class Sphere(Regularizer):
+    """The SPHERE penalty as a learner hook.
+
+    ``Sphere()`` is the paper's MetaWorld setup; ``Sphere(suite="humanoidbench")`` picks rho=1e-3;
+    keyword arguments override :class:`SphereConfig` fields, e.g. ``Sphere(placement="critic")``.
+
+    :param config: full configuration (``suite``/``overrides`` are applied on top when given)
+    :param suite: a key of :data:`SPHERE_PRESETS`
+    """
+
+    name = "sphere"
+
+    def __init__(self, config: SphereConfig | None = None, suite: str | None = None, **overrides: Any) -> None:
+        base = sphere_config(suite) if config is None else config
+        self.config = sphere_config(None, **{**base.to_dict(), **overrides}) if overrides else base
+        self.roles = check_target(self.config.placement, "placement")
+        self._calls = 0
+        self._last: dict[str, float] = {}
+        self._ratios: dict[str, float] = {}
+
+    def _term_name(self, role: str) -> str:
+        return self.name if len(self.roles) == 1 else f"{self.name}_{role}"
+
+    def penalty(self, ctx: LossContext) -> list[Penalty]:
+        cfg = self.config
+        terms = []
+        for role in active_roles(ctx.phase, self.roles):
+            pairs = role_outputs(ctx, role)
+            if not pairs:
+                continue
+            ref = reference_loss(ctx, role)
+            loss = sum((self.network_loss(out, ref) for _, out in pairs), start=ref.new_zeros(()))
+            coef = 0.0 if cfg.rho == 0 else self._coefficient(role, ctx, ref, loss)
+            terms.append(Penalty(self._term_name(role), loss, coef))
+        self._calls += 1
+        return terms
+
+    def _coefficient(self, role: str, ctx: LossContext, ref: Tensor, loss: Tensor) -> float:
+        cfg = self.config
+        if cfg.coef_mode == "adaptive" and cfg.ratio_every > 1:
+            cached = self._ratios.get(role)
+            if cached is None or self._calls % cfg.ratio_every == 0:
+                cached = self._ratios[role] = _coef_adaptive(1.0, ref, loss, role_parameters(ctx.algo.policy, role), cfg.eps)
+            return cfg.rho * cached
+        params = role_parameters(ctx.algo.policy, role) if cfg.coef_mode == "adaptive" else []
+        return COEF_RULES[cfg.coef_mode](cfg.rho, ref, loss, params, cfg.eps)
+
+    def network_loss(self, out: MoEOutput, reference: Tensor | None = None) -> Tensor:
+        """L_SPHERE of one network output (``reference`` is needed for the gradient Gram)."""
+        cfg = self.config
+        loss = out.out.new_zeros(())
+        if cfg.gram in ("features", "both"):
+            loss = loss + self._feature_loss(out)
+        if cfg.gram in ("gradients", "both"):
+            if reference is None:
+                raise ValueError(f"gram={cfg.gram!r} needs the reference loss (the actor or critic loss); got reference=None")
+            loss = loss + self._gradient_loss(out, reference)
+        return loss
+
+    def _feature_loss(self, out: MoEOutput) -> Tensor:
+        cfg = self.config
+        n_hidden = len(out.groups[0].expert.hidden)
+        layer_sets = {"last": [(n_hidden - 1,)], "all": [(i,) for i in range(n_hidden)], "joint": [tuple(range(n_hidden))]}
+        weighted = cfg.features == "weighted"
+        loss = out.out.new_zeros(())
+        for layers in layer_sets[cfg.layer]:
+            loss = loss + self._blocks_loss(feature_blocks(out, layers, weighted), log_rank=layers == (n_hidden - 1,))
+        return loss
+
+    def _gradient_loss(self, out: MoEOutput, reference: Tensor) -> Tensor:
+        """SPHERE on G_last = Psi^T Psi / N, Psi's rows the per-sample backprop vectors.
+
+        Per-sample gradients come from one autograd.grad of the batch-mean loss (samples are
+        independent given the routing), rescaled by N; create_graph=True makes the penalty
+        differentiable. The routing weight is already inside these vectors, so no extra scale.
+        """
+        sites = [g.expert.pre[-1] if self.config.grad_site == "hidden" else g.expert.linear[-1] for g in out.groups]
+        grads = torch.autograd.grad(reference, sites, create_graph=True, retain_graph=True, allow_unused=True)
+        n = out.out.shape[0]
+        blocks = [
+            FeatureBlock(g.dispatch, gr * n if gr is not None else torch.zeros_like(s), None)
+            for g, gr, s in zip(out.groups, grads, sites)
+        ]
+        return self._blocks_loss(blocks, log_rank=False)
+
+    def _blocks_loss(self, blocks: list[FeatureBlock], log_rank: bool) -> Tensor:
+        cfg = self.config
+        if cfg.per_expert:
+            stats_per_stack = per_expert_stats(blocks)
+            return sum((sphere_value(s, cfg.alpha).sum() for s in stats_per_stack), start=blocks[0].feats.new_zeros(()))
+        stats = gram_stats(blocks, cfg.space)
+        if log_rank and cfg.rank_every and self._calls % cfg.rank_every == 0:
+            self._last["sphere_feature_rank"] = effective_rank(stats.gram)
+        return sphere_value(stats, cfg.alpha)
+
+    def logs(self) -> dict[str, float]:
+        """``sphere_feature_rank``: r_e(A_last) at the latest sampled call (loss and lambda are
+        logged by the learner as ``train/loss_sphere`` and ``train/coef_sphere``)."""
+        return dict(self._last)

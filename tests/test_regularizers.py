@@ -1,0 +1,274 @@
+"""Baselines: each one's defining property, on rl_moe policies (MoE and dense)."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from rl_moe.policies import MoEActorCriticPolicy
+from rl_moe.regularizers import (
+    REGISTRY,
+    CChain,
+    ContinualBackprop,
+    LoadBalance,
+    LossContext,
+    Orthogonality,
+    Parseval,
+    ReDo,
+    SpectralNorm,
+    SpectralReg,
+    make_regularizer,
+)
+from rl_moe.regularizers.ortho import orthogonality_loss
+from rl_moe.regularizers.parseval import parseval_loss
+from rl_moe.regularizers.targets import role_hidden_weights
+
+
+def _policy(kind: str = "topk", **kw) -> MoEActorCriticPolicy:
+    obs, act = spaces.Box(-1, 1, (5,), np.float32), spaces.Box(-1, 1, (2,), np.float32)
+    arch = dict(n_experts=3, top_k=2, hidden=(8, 8), gate_hidden=(8,))
+    arch.update(kw)
+    return MoEActorCriticPolicy(obs, act, lambda _: 1e-2, moe=kind, **arch)
+
+
+def _algo(policy):
+    return types.SimpleNamespace(policy=policy)
+
+
+def _step(reg, algo, x: torch.Tensor, losses=None):
+    out = algo.policy.actor_net(x)
+    losses = losses or {"actor": out.out.pow(2).mean(), "policy": out.out.pow(2).mean()}
+    terms = reg.penalty(LossContext(algo, "ppo", None, actor_out=out, losses=losses))
+    return out, terms
+
+
+def test_registry_and_errors() -> None:
+    assert set(REGISTRY) == {"sphere", "pw", "cbp", "redo", "cchain", "specnorm", "specreg", "lb", "ortho"}
+    assert isinstance(make_regularizer("pw", coef=2e-3), Parseval)
+    with pytest.raises(ValueError, match="valid choices: sphere, pw"):
+        make_regularizer("l2")
+    with pytest.raises(ValueError, match="valid choices"):
+        make_regularizer("redo", tau=0.1, every=3)
+    with pytest.raises(ValueError, match="valid choices: actor, critic, both"):
+        make_regularizer("pw", target="gate")
+
+
+def test_parseval_known_answer_and_steps_reduce_it() -> None:
+    torch.manual_seed(0)
+    q = torch.linalg.qr(torch.randn(6, 6)).Q
+    assert float(parseval_loss((2**0.5 * q)[None], 2.0)) == pytest.approx(0.0, abs=1e-4)
+    for shape in ((1, 4, 7), (2, 7, 4)):  # both Gram sides
+        w = torch.randn(*shape)
+        brute = sum((we @ we.t() - 2 * torch.eye(shape[1])).pow(2).sum() for we in w)
+        torch.testing.assert_close(parseval_loss(w, 2.0), brute, rtol=1e-4, atol=1e-4)
+    policy = _policy()
+    with torch.no_grad():  # move away from the orthogonal init, which is already near the optimum
+        for w in policy.actor_net.experts.weights:
+            w.mul_(1.5 + torch.rand_like(w))
+    algo, reg = _algo(policy), Parseval(coef=1.0)
+    refs = role_hidden_weights(policy, "actor")
+    assert [r.stacked for r in refs] == [True, True, False]  # two expert hidden layers, the gate body layer
+    opt = torch.optim.Adam(policy.actor_net.parameters(), lr=1e-2)
+    before = None
+    for _ in range(20):
+        (term,) = _step(reg, algo, torch.randn(16, 5))[1]
+        before = float(term.loss.detach()) if before is None else before
+        opt.zero_grad()
+        term.loss.backward()
+        opt.step()
+    assert float(_step(reg, algo, torch.randn(16, 5))[1][0].loss.detach()) < 0.9 * before
+
+
+def _kill_units(policy, expert: int, units: list[int]) -> None:
+    with torch.no_grad():
+        stack = policy.actor_net.experts
+        stack.weights[0][expert][:, units] = 0.0
+        stack.biases[0][expert][units] = -1.0  # ReLU(-1) = 0: dormant, zero utility
+
+
+def test_cbp_replaces_expected_number_of_low_utility_units() -> None:
+    policy = _policy(kind="dense_moe", hidden=(8,))  # every expert sees every row; one hidden layer
+    _kill_units(policy, 0, [1, 5])
+    algo = _algo(policy)
+    reg = ContinualBackprop(replacement_rate=1 / 16, maturity=0)
+    stack = policy.actor_net.experts
+    x = torch.randn(32, 5)
+    next_linear_mean = stack.weights[1].detach().clone()
+    for step in range(1, 11):
+        out, _ = _step(reg, algo, x)
+        before_z1 = out.groups[0].expert.linear[1].detach().view(3, 32, 2).mean(1)  # (E, D) head outputs
+        reg.after_update(algo, "ppo")
+        if step == 2:  # budget 8 * 1/16 * 2 = 1 unit per expert layer: expert 0 loses a dead unit
+            rows_zero = (stack.weights[1][0].abs().sum(1) == 0).nonzero().flatten().tolist()
+            assert len(rows_zero) == 1 and rows_zero[0] in (1, 5)
+            assert stack.weights[0][0][:, rows_zero[0]].abs().sum() > 0  # fresh input weights
+            # The mean activation is folded into the next bias: mean next pre-activation is kept.
+            after = policy.actor_net(x).groups[0].expert.linear[1].detach().view(3, 32, 2).mean(1)
+            torch.testing.assert_close(after, before_z1, rtol=1e-5, atol=1e-6)
+    # 8 units x 1/16 per step x 10 steps = 5 replacements per expert layer, 3 experts.
+    assert reg.n_replaced == 15
+    assert not torch.equal(next_linear_mean, stack.weights[1].detach())
+
+
+def test_redo_resets_exactly_dormant_units_and_their_adam_state() -> None:
+    policy = _policy(kind="dense_moe")
+    _kill_units(policy, 1, [0, 3, 4])
+    algo = _algo(policy)
+    stack = policy.actor_net.experts
+    x = torch.randn(40, 5)
+    # Populate Adam moments, then check ReDo zeroes those of the reset entries only.
+    policy.optimizer.zero_grad()
+    policy.actor_net(x).out.sum().backward()
+    policy.optimizer.step()
+    out = policy.actor_net(x)
+    h = out.groups[0].expert.hidden  # rows expert-major, 40 per expert
+    expected = []
+    for layer in range(2):
+        mean_abs = h[layer].detach().abs().view(3, 40, 8).mean(1)  # (E, H)
+        expected.append(mean_abs / mean_abs.mean(1, keepdim=True) <= 0.025)
+    assert expected[0][1, [0, 3, 4]].all()
+    w_out = [stack.weights[l + 1].detach().clone() for l in range(2)]
+    reg = ReDo(frequency=1)
+    reg.penalty(LossContext(algo, "ppo", None, actor_out=out, losses={}))
+    reg.after_update(algo, "ppo")
+    for layer in range(2):
+        zero_rows = stack.weights[layer + 1].detach().abs().sum(2) == 0  # (E, H)
+        torch.testing.assert_close(zero_rows, expected[layer] | (w_out[layer].abs().sum(2) == 0))
+        kept = ~expected[layer]
+        torch.testing.assert_close(stack.weights[layer + 1].detach()[kept], w_out[layer][kept])
+    assert reg.n_reset == int(sum(e.sum() for e in expected))
+    state = policy.optimizer.state[stack.weights[1]]
+    assert state["exp_avg"][1, [0, 3, 4], :].abs().sum() == 0
+    assert state["exp_avg"][0].abs().sum() > 0
+
+
+def test_spectral_norm_gives_unit_sigma_and_keeps_training() -> None:
+    policy = _policy()
+    reg = SpectralNorm()
+    reg.on_training_start(_algo(policy))
+    assert reg.n_layers == 3  # two expert layers (stacked) + the gate body layer
+    for _ in range(5):
+        policy.actor_net(torch.randn(16, 5))
+    for ref in role_hidden_weights(policy, "actor"):
+        sigma = torch.linalg.matrix_norm(ref.rows_out().detach(), ord=2)
+        torch.testing.assert_close(sigma, torch.ones_like(sigma), rtol=2e-3, atol=2e-3)
+    original = policy.actor_net.experts.weights.parametrizations["0"].original
+    before = original.detach().clone()
+    policy.optimizer.zero_grad()
+    policy.actor_net(torch.randn(16, 5)).out.sum().backward()
+    policy.optimizer.step()
+    assert not torch.equal(before, original.detach())
+
+
+def test_spectral_reg_matches_exact_sigma() -> None:
+    policy = _policy(kind="mlp")
+    algo, reg = _algo(policy), SpectralReg(coef=1e-4)
+    for _ in range(30):
+        (term,) = _step(reg, algo, torch.randn(8, 5))[1]
+    exact = sum(
+        (torch.linalg.matrix_norm(r.rows_out().detach(), ord=2).pow(2) - 1).pow(2).sum()
+        for r in role_hidden_weights(policy, "actor")
+    )
+    assert term.loss.item() == pytest.approx(float(exact), rel=1e-3)
+    assert term.coef == 1e-4
+
+
+def test_cchain_is_zero_before_first_update_then_tracks_previous_network() -> None:
+    policy = _policy()
+    algo, reg = _algo(policy), CChain()
+    reg.on_training_start(algo)
+    x = torch.randn(16, 5)
+    out, (term,) = _step(reg, algo, x)
+    assert term.loss.item() == 0.0 and term.coef == 100.0
+    prev = [p.detach().clone() for p in policy.actor_net.parameters()]
+    policy.optimizer.zero_grad()
+    out.out.sum().backward()
+    policy.optimizer.step()
+    reg.after_update(algo, "ppo")
+    out, (term,) = _step(reg, algo, x)
+    with torch.no_grad():
+        now = [p.detach().clone() for p in policy.actor_net.parameters()]
+        for p, q in zip(policy.actor_net.parameters(), prev):
+            p.copy_(q)
+        old = policy.actor_net(x).out
+        for p, q in zip(policy.actor_net.parameters(), now):
+            p.copy_(q)
+    torch.testing.assert_close(term.loss, torch.nn.functional.mse_loss(out.out, old))
+    assert term.loss.item() > 0
+
+
+def test_cchain_coefficient_after_warmup() -> None:
+    reg = CChain(warmup=3, window=4)
+    for pg, lr in [(-1.0, 0.5), (2.0, 0.5), (-3.0, 1.0), (4.0, 2.0), (1.0, 1.0)]:
+        reg._pg["actor"].append(pg)
+        reg._reg["actor"].append(lr)
+    # Last 4: mean|pg| = 2.5, mean reg = 1.125.
+    assert reg.coefficient("actor") == pytest.approx(0.05 * 2.5 / 1.125)
+
+
+def test_load_balance_is_one_for_uniform_routing() -> None:
+    policy = _policy(kind="dense_moe")
+    with torch.no_grad():
+        policy.actor_net.gate.logits.weight.zero_()
+        policy.actor_net.gate.logits.bias.zero_()
+    algo = _algo(policy)
+    _, (term,) = _step(LoadBalance(), algo, torch.randn(16, 5))
+    assert term.loss.item() == pytest.approx(1.0) and term.coef == 0.01
+    torch.manual_seed(6)
+    skewed = _policy()
+    with torch.no_grad():
+        skewed.actor_net.gate.logits.bias.copy_(torch.tensor([5.0, 4.0, -5.0]))
+    out, (term,) = _step(LoadBalance(), _algo(skewed), torch.randn(64, 5))
+    # Independent: f_e from the selected indices, P_e from the softmax of the logits.
+    f = torch.bincount(out.indices.flatten(), minlength=3).float() / out.indices.numel()
+    p = torch.softmax(out.logits, 1).mean(0)
+    assert term.loss.item() == pytest.approx((3 * (f * p).sum()).item(), rel=1e-5)
+    assert term.loss.item() > 1.0
+    assert _step(LoadBalance(), _algo(_policy(kind="mlp")), torch.randn(4, 5))[1] == []
+
+
+def test_orthogonality_known_answers() -> None:
+    w = torch.randn(1, 4, 3)
+    assert float(orthogonality_loss(torch.cat([w, 2 * w]))) == pytest.approx(1.0)
+    eye = torch.eye(3).view(3, 3, 1)
+    assert float(orthogonality_loss(eye)) == 0.0
+    r = torch.randn(4, 6)
+    u = r / r.norm(dim=1, keepdim=True)
+    brute = sum(float(u[i] @ u[j]) ** 2 for i in range(4) for j in range(i + 1, 4))
+    assert float(orthogonality_loss(r)) == pytest.approx(brute, rel=1e-5)
+    policy = _policy()
+    _, (term,) = _step(Orthogonality(), _algo(policy), torch.randn(4, 5))
+    torch.testing.assert_close(term.loss, orthogonality_loss(policy.actor_net.experts.weights[0]))
+    assert _step(Orthogonality(), _algo(_policy(kind="mlp")), torch.randn(4, 5))[1] == []
+
+
+def test_spectral_norm_on_td3_targets_follows_polyak_updates() -> None:
+    import gymnasium as gym
+
+    from rl_moe.algos import MoETD3
+    from rl_moe.policies import MoETD3Policy
+
+    model = MoETD3(
+        MoETD3Policy, gym.make("Pendulum-v1"), regularizers=[SpectralNorm(target="both")], learning_starts=16,
+        batch_size=16, tau=0.5, policy_kwargs=dict(n_experts=3, top_k=2, hidden=(8, 8), gate_hidden=(8,)), seed=0,
+    )
+    model.learn(64)
+    torch.manual_seed(0)
+    with torch.no_grad():  # a large drift of the target weights, as Polyak averaging would bring
+        for module in (model.policy.actor_target, model.policy.critic_target):
+            for name, p in module.named_parameters():
+                if name.endswith("original"):
+                    p.add_(torch.randn_like(p) * p.std())
+    x = torch.randn(4, 3)
+    for _ in range(20):  # eval-mode forwards: the targets' vectors keep tracking their weights
+        model.policy.actor_target(x)
+        model.policy.critic_target(x, torch.zeros(4, 1))
+    view = types.SimpleNamespace(actor=model.policy.actor_target, critic=model.policy.critic_target)
+    for role in ("actor", "critic"):
+        for ref in role_hidden_weights(view, role):
+            sigma = torch.linalg.matrix_norm(ref.rows_out().detach(), ord=2)
+            torch.testing.assert_close(sigma, torch.ones_like(sigma), rtol=5e-2, atol=5e-2)

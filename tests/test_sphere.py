@@ -1,0 +1,280 @@
+"""SPHERE: Gram identities, gradients, known answers, coefficient modes and variants."""
+
+from __future__ import annotations
+
+import itertools
+import types
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from rl_moe.nn import NETWORK_KINDS, Dispatch, build_network
+from rl_moe.policies import MoEActorCriticPolicy
+from rl_moe.regularizers import LossContext, Sphere, SphereConfig, make_regularizer, sphere_config
+from rl_moe.regularizers import gram as gram_module
+from rl_moe.regularizers.gram import FeatureBlock, dense_phi, effective_rank, gram_stats, per_expert_stats, sample_gram
+from rl_moe.regularizers.sphere import feature_blocks, sphere_value
+
+torch.set_default_dtype(torch.float32)
+
+
+def brute(phi: torch.Tensor, alpha: float | None = None) -> torch.Tensor:
+    """The paper's definition on a dense Phi: ||A||^2 - tr(A)^2/m, A = Phi^T Phi / N."""
+    a = phi.t() @ phi / phi.shape[0]
+    if alpha is not None:
+        return (a - alpha * torch.eye(a.shape[0], dtype=a.dtype)).pow(2).sum()
+    return a.pow(2).sum() - a.trace() ** 2 / a.shape[0]
+
+
+def _net(kind: str, in_dim: int = 6, out_dim: int = 3, hidden=(12, 10), n_experts: int = 5, top_k: int = 2, **kw):
+    return build_network(in_dim, out_dim, kind=kind, n_experts=n_experts, top_k=top_k, hidden=hidden, gate_hidden=(8,), **kw)
+
+
+@pytest.mark.parametrize("kind", NETWORK_KINDS)
+@pytest.mark.parametrize("weighted", [True, False])
+def test_sample_and_feature_space_agree_with_dense_phi(kind: str, weighted: bool) -> None:
+    torch.manual_seed(0)
+    net = _net(kind).double()
+    out = net(torch.randn(24, 6, dtype=torch.float64))
+    blocks = feature_blocks(out, (-1,), weighted)
+    expected = brute(out.phi(weighted=weighted))
+    params = [p for p in net.parameters() if p.requires_grad]
+    g_ref = torch.autograd.grad(expected, params, retain_graph=True, allow_unused=True)
+    for space in ("sample", "feature"):
+        stats = gram_stats(blocks, space)
+        value = sphere_value(stats)
+        assert stats.dim == out.phi().shape[1]
+        torch.testing.assert_close(value, expected, rtol=1e-10, atol=1e-12)
+        grads = torch.autograd.grad(value, params, retain_graph=True, allow_unused=True)
+        for g, r in zip(grads, g_ref):
+            assert (g is None) == (r is None)
+            if g is not None:
+                torch.testing.assert_close(g, r, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("bucket_cost", [0.0, 2.0e6])
+def test_sample_gram_handles_unbalanced_loads(bucket_cost: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One expert takes almost every row: padded buckets (one, or one per load) must stay exact.
+    monkeypatch.setattr(gram_module, "_BUCKET_COST", bucket_cost)
+    assert len(gram_module._buckets((50, 1, 0, 7, 6), 5)) == (4 if bucket_cost == 0 else 1)
+    torch.manual_seed(1)
+    n, h = 64, 5
+    counts = (50, 1, 0, 7, 6)
+    expert_idx = torch.repeat_interleave(torch.arange(5), torch.tensor(counts))
+    sample_idx = torch.cat([torch.randperm(n)[:c] for c in counts])
+    d = Dispatch(sample_idx, expert_idx, torch.rand(len(sample_idx), dtype=torch.float64), counts, n)
+    feats = torch.randn(len(sample_idx), h, dtype=torch.float64)
+    block = FeatureBlock(d, feats, d.weight)
+    phi = dense_phi([block])
+    torch.testing.assert_close(sample_gram([block]), phi @ phi.t() / n)
+    torch.testing.assert_close(sphere_value(gram_stats([block], "sample")), brute(phi))
+
+
+def test_gradient_wrt_phi_matches_closed_form() -> None:
+    # dL/dPhi = (4/N)(G - tr(G)/m I) Phi with G = Phi Phi^T / N (SPEC §2).
+    torch.manual_seed(2)
+    n, m = 10, 30
+    phi = torch.randn(n, m, dtype=torch.float64, requires_grad=True)
+    d = Dispatch(torch.arange(n), torch.zeros(n, dtype=torch.long), torch.ones(n, dtype=torch.float64), (n,), n)
+    loss = sphere_value(gram_stats([FeatureBlock(d, phi)], "sample"))
+    (grad,) = torch.autograd.grad(loss, phi)
+    g = phi.detach() @ phi.detach().t() / n
+    expected = 4 / n * (g - g.trace() / m * torch.eye(n, dtype=torch.float64)) @ phi.detach()
+    torch.testing.assert_close(grad, expected)
+
+
+def _top1_dispatch(n: int, n_experts: int) -> Dispatch:
+    expert_idx = torch.arange(n) // (n // n_experts)
+    return Dispatch(torch.arange(n), expert_idx, torch.ones(n), (n // n_experts,) * n_experts, n)
+
+
+def test_isotropic_features_give_zero_and_rank_one_the_known_value() -> None:
+    # Phi = I_4 (two experts, two rows each, orthonormal features): A = I/4, penalty 0.
+    d = _top1_dispatch(4, 2)
+    iso = FeatureBlock(d, torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]), d.weight)
+    for space in ("sample", "feature"):
+        assert abs(float(sphere_value(gram_stats([iso], space)))) < 1e-7
+    assert effective_rank(gram_stats([iso]).gram) == pytest.approx(4.0)
+    # Every row the same vector v in one block: A = v v^T, L = ||v||^4 (1 - 1/m) > 0.
+    n = 6
+    v = torch.tensor([1.0, 2.0, 2.0])
+    d1 = Dispatch(torch.arange(n), torch.zeros(n, dtype=torch.long), torch.ones(n), (n,), n)
+    rank1 = FeatureBlock(d1, v.repeat(n, 1))
+    assert float(sphere_value(gram_stats([rank1]))) == pytest.approx(81.0 * (1 - 1 / 3))
+    assert effective_rank(gram_stats([rank1]).gram) == pytest.approx(1.0)
+
+
+def test_per_expert_and_alpha_variants_match_brute_force() -> None:
+    torch.manual_seed(3)
+    net = _net("topk").double()
+    out = net(torch.randn(30, 6, dtype=torch.float64))
+    blocks = feature_blocks(out, (-1,), True)
+    phi = out.phi()
+    h = out.groups[0].expert.hidden[-1].shape[1]
+    per = sum(sphere_value(s).sum() for s in per_expert_stats(blocks))
+    expected = sum(brute(phi[:, e * h : (e + 1) * h]) for e in range(5))
+    torch.testing.assert_close(per, expected)
+    torch.testing.assert_close(Sphere(per_expert=True, rank_every=0).network_loss(out), expected)
+    # DS-MoE: a shared and a routed stack of different widths, each block with its own m = H.
+    ds = _net("ds").double()
+    out_ds = ds(torch.randn(30, 6, dtype=torch.float64))
+    cols = [g.expert.hidden[-1].shape[1] for g in out_ds.groups for _ in g.dispatch.counts]
+    edges = [0, *torch.tensor(cols).cumsum(0).tolist()]
+    phi_ds = out_ds.phi()
+    expected_ds = sum(brute(phi_ds[:, a:b]) for a, b in itertools.pairwise(edges))
+    torch.testing.assert_close(Sphere(per_expert=True, rank_every=0).network_loss(out_ds), expected_ds)
+    torch.testing.assert_close(sphere_value(gram_stats(blocks), alpha=2.0), brute(phi, alpha=2.0))
+
+
+def test_layer_variants_all_and_joint() -> None:
+    torch.manual_seed(4)
+    net = _net("ds").double()
+    out = net(torch.randn(20, 6, dtype=torch.float64))
+    joint = Sphere(layer="joint", rank_every=0).network_loss(out)
+    phis = [out.phi(layer=i) for i in range(2)]
+    torch.testing.assert_close(joint, brute(torch.cat(phis, dim=1)))
+    every = Sphere(layer="all", rank_every=0).network_loss(out)
+    torch.testing.assert_close(every, brute(phis[0]) + brute(phis[1]))
+
+
+def _ctx(policy, out, losses, phase="ppo"):
+    algo = types.SimpleNamespace(policy=policy)
+    return LossContext(algo, phase, None, actor_out=out, critic_out=None, losses=losses)
+
+
+def _policy(**kw) -> MoEActorCriticPolicy:
+    obs, act = spaces.Box(-1, 1, (5,), np.float32), spaces.Box(-1, 1, (2,), np.float32)
+    return MoEActorCriticPolicy(obs, act, lambda _: 1e-3, n_experts=4, top_k=2, hidden=(16, 16), **kw)
+
+
+def test_adaptive_coefficient_is_ratio_of_gradient_norms() -> None:
+    torch.manual_seed(5)
+    policy = _policy()
+    out = policy.actor_net(torch.randn(32, 5))
+    actor_loss = (out.out**2).mean() + out.out.sum() * 0.1
+    params = list(policy.actor_net.parameters())
+    pen = Sphere(rho=0.3, rank_every=0).penalty(_ctx(policy, out, {"actor": actor_loss}))
+    (term,) = pen
+    assert term.name == "sphere"
+    # Independent computation: dense Phi, separate autograd passes.
+    l_s = brute(out.phi())
+    torch.testing.assert_close(term.loss, l_s, rtol=1e-5, atol=1e-6)
+    g_a = torch.autograd.grad(actor_loss, params, retain_graph=True, allow_unused=True)
+    g_s = torch.autograd.grad(l_s, params, retain_graph=True, allow_unused=True)
+    norm = lambda gs: torch.sqrt(sum((g**2).sum() for g in gs if g is not None))
+    assert term.coef == pytest.approx(0.3 * float(norm(g_a) / (norm(g_s) + 1e-8)), rel=1e-4)
+    # Sign flip and the other coefficient modes.
+    (neg,) = Sphere(rho=-0.3, rank_every=0).penalty(_ctx(policy, out, {"actor": actor_loss}))
+    assert neg.coef == pytest.approx(-term.coef, rel=1e-6)
+    (fixed,) = Sphere(rho=0.02, coef_mode="fixed").penalty(_ctx(policy, out, {"actor": actor_loss}))
+    assert fixed.coef == 0.02
+    (ratio,) = Sphere(rho=0.5, coef_mode="loss_ratio").penalty(_ctx(policy, out, {"actor": actor_loss}))
+    assert ratio.coef == pytest.approx(0.5 * abs(float(actor_loss.detach())) / (float(l_s.detach()) + 1e-8), rel=1e-5)
+
+
+def test_gradient_gram_matches_per_sample_autograd() -> None:
+    torch.manual_seed(6)
+    net = _net("topk", hidden=(8, 6), n_experts=3).double()
+    x = torch.randn(7, 6, dtype=torch.float64)
+    out = net(x)
+    per_sample = (out.out**2).sum(1) + out.out[:, 0]  # (N,) independent per state
+    loss = per_sample.mean()
+    value = Sphere(gram="gradients").network_loss(out, loss)
+    # Brute force: one backward per state, Psi rows = d l_i / d pre_last of the routed experts.
+    g = out.groups[0]
+    pre = g.expert.pre[-1]
+    rows = torch.zeros_like(pre)
+    for i in range(7):
+        (gi,) = torch.autograd.grad(per_sample[i], pre, retain_graph=True)
+        mask = g.dispatch.sample_idx == i
+        rows[mask] = gi[mask]
+    psi = dense_phi([FeatureBlock(g.dispatch, rows)])
+    torch.testing.assert_close(value, brute(psi))
+    # Differentiable (second order) and "both" adds the feature term.
+    assert torch.autograd.grad(value, net.experts.weights[-1], retain_graph=True)[0].abs().sum() > 0
+    both = Sphere(gram="both", rank_every=0).network_loss(out, loss)
+    torch.testing.assert_close(both, value + brute(out.phi()))
+
+
+def test_config_validation_and_presets() -> None:
+    assert sphere_config("humanoidbench").rho == 1e-3
+    assert sphere_config("metaworld").rho == 0.1
+    assert Sphere(suite="hb5", placement="critic").config == SphereConfig(rho=1e-3, placement="critic")
+    for bad in (dict(placement="gate"), dict(layer="first"), dict(coef_mode="auto"), dict(gram="kron")):
+        with pytest.raises(ValueError, match="valid choices"):
+            SphereConfig(**bad)
+    with pytest.raises(ValueError, match="valid choices"):
+        sphere_config("atari")
+    with pytest.raises(ValueError, match="valid choices"):
+        make_regularizer("sphere", rhoo=1.0)
+
+
+def _train_ppo(regs, seed: int = 3) -> list[torch.Tensor]:
+    from rl_moe.algos import MoEPPO
+
+    model = MoEPPO(
+        MoEActorCriticPolicy, gym.make("Pendulum-v1"), regularizers=regs, n_steps=64, batch_size=32, n_epochs=2,
+        policy_kwargs=dict(n_experts=4, top_k=2, hidden=(16, 16)), seed=seed,
+    )
+    model.learn(128)
+    return [p.detach().clone() for p in model.policy.parameters()]
+
+
+def test_rho_zero_is_bit_identical_to_unregularized() -> None:
+    base = _train_ppo([])
+    zero = _train_ppo([Sphere(rho=0.0)])
+    assert all(torch.equal(a, b) for a, b in zip(base, zero))
+    regularized = _train_ppo([Sphere(rho=0.1)])
+    assert not all(torch.equal(a, b) for a, b in zip(base, regularized))
+
+
+def test_td3_critic_placement_uses_critic_loss_and_every_q_network() -> None:
+    from rl_moe.policies import MoETD3Policy
+
+    torch.manual_seed(7)
+    obs, act = spaces.Box(-1, 1, (5,), np.float32), spaces.Box(-1, 1, (2,), np.float32)
+    policy = MoETD3Policy(obs, act, lambda _: 1e-3, n_experts=3, top_k=2, hidden=(16, 16))
+    x, a = torch.randn(20, 5), torch.rand(20, 2) * 2 - 1
+    qs = policy.critic(x, a)
+    outs = policy.critic.last_outputs
+    critic_loss = sum((q - 1.0).pow(2).mean() for q in qs)
+    ctx = LossContext(
+        types.SimpleNamespace(policy=policy), "td3_critic", None, None, outs[0],
+        losses={"critic": critic_loss}, extra={"critic_outputs": outs},
+    )
+    assert Sphere().penalty(ctx) == []  # actor placement: nothing in the critic phase
+    (term,) = Sphere(placement="critic", rho=0.2, rank_every=0).penalty(ctx)
+    l_s = brute(outs[0].phi()) + brute(outs[1].phi())
+    torch.testing.assert_close(term.loss, l_s, rtol=1e-5, atol=1e-6)
+    params = list(policy.critic.q_nets.parameters())
+    norm = lambda loss: torch.sqrt(
+        sum((g**2).sum() for g in torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True) if g is not None)
+    )
+    assert term.coef == pytest.approx(0.2 * float(norm(critic_loss) / (norm(l_s) + 1e-8)), rel=1e-4)
+
+
+def test_ratio_every_reuses_the_last_ratio() -> None:
+    torch.manual_seed(8)
+    policy = _policy()
+    reg = Sphere(rho=1.0, ratio_every=3, rank_every=0)
+    coefs = []
+    for _ in range(4):
+        out = policy.actor_net(torch.randn(16, 5))
+        loss = (out.out**2).mean()
+        coefs.append(reg.penalty(_ctx(policy, out, {"actor": loss}))[0].coef)
+    assert coefs[0] == coefs[1] == coefs[2] != coefs[3]
+
+
+def test_full_loads_in_any_sample_order() -> None:
+    # Every expert sees every sample but in a shuffled order: must not take the in-order shortcut.
+    torch.manual_seed(9)
+    n, e, h = 12, 3, 4
+    d = Dispatch(
+        torch.cat([torch.randperm(n) for _ in range(e)]), torch.arange(e).repeat_interleave(n),
+        torch.rand(n * e, dtype=torch.float64), (n,) * e, n,
+    )
+    block = FeatureBlock(d, torch.randn(n * e, h, dtype=torch.float64), d.weight)
+    torch.testing.assert_close(sphere_value(gram_stats([block], "sample")), brute(dense_phi([block])))
