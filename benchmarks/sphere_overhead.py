@@ -21,13 +21,13 @@ import argparse
 import random
 import statistics
 import time
-import types
 from collections.abc import Callable
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
+from rl_moe.algos.common import RegularizedMixin
 from rl_moe.policies import MoEActorCriticPolicy
 from rl_moe.regularizers import LossContext, Sphere
 from rl_moe.regularizers.gram import GramStats
@@ -54,13 +54,23 @@ def _naive_loop(out) -> torch.Tensor:
     return sphere_value(GramStats(gram.pow(2).sum(), gram.trace(), m, N, gram))
 
 
+class _Learner(RegularizedMixin):
+    """Just the learner's loss machinery, so the benchmark times the same backward as training."""
+
+    def __init__(self, policy: MoEActorCriticPolicy, regularizers: list) -> None:
+        self.policy = policy
+        self._init_regularizers(regularizers)
+
+
 def make_update(policy: MoEActorCriticPolicy, data: dict[str, torch.Tensor]) -> Callable[[str], None]:
-    algo = types.SimpleNamespace(policy=policy)
     regs = {
         "fixed": Sphere(rho=1e-3, coef_mode="fixed"),
         "adaptive": Sphere(rho=0.1),
         "adaptive8": Sphere(rho=0.1, ratio_every=8),
     }
+    learners = {name: _Learner(policy, [reg]) for name, reg in regs.items()}
+    learners["none"] = _Learner(policy, [])
+    naive = {"feature": _naive_feature, "loop": _naive_loop}
 
     def update(variant: str) -> None:
         values, log_prob, _ = policy.evaluate_actions(data["obs"], data["act"])
@@ -68,19 +78,14 @@ def make_update(policy: MoEActorCriticPolicy, data: dict[str, torch.Tensor]) -> 
         adv = data["adv"]
         policy_loss = -torch.min(adv * ratio, adv * ratio.clamp(0.8, 1.2)).mean()
         value_loss = torch.nn.functional.mse_loss(data["ret"], values.flatten())
-        loss = policy_loss + 0.5 * value_loss
         out = policy.last_actor_output
-        if variant in regs:
-            reg = regs[variant]
-            ctx = LossContext(algo, "ppo", None, out, None, losses={"actor": policy_loss, "value": value_loss})
-            for term in reg.penalty(ctx):
-                loss = loss + term.coef * term.loss
-        elif variant == "feature":
-            loss = loss + 1e-3 * _naive_feature(out)
-        elif variant == "loop":
-            loss = loss + 1e-3 * _naive_loop(out)
         policy.optimizer.zero_grad()
-        loss.backward()
+        if variant in naive:
+            (policy_loss + 0.5 * value_loss + 1e-3 * naive[variant](out)).backward()
+        else:
+            learner = learners[variant]
+            ctx = LossContext(learner, "ppo", None, out, None, losses={"actor": policy_loss, "value": value_loss})
+            learner._backward(ctx, policy_loss, 0.5 * value_loss, policy.parameters())
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
         policy.optimizer.step()
 

@@ -103,3 +103,43 @@ def test_regularizers_are_not_pickled_and_can_be_given_on_load(tmp_path):
     loaded = MoEPPO.load(tmp_path / "m.zip", regularizers=[fresh], device="cpu")
     assert loaded.regularizers == [fresh] and fresh.calls["start"] == 1
     assert MoEPPO.load(tmp_path / "m.zip", device="cpu").regularizers == []
+
+
+def test_learner_resolves_gradient_scaled_terms_exactly():
+    """A GradScale term: the update equals grad(reference + rest + lambda * penalty) with lambda
+    the ratio of the two gradient norms over the named parameters."""
+    from rl_moe.regularizers import GradScale
+
+    torch.manual_seed(0)
+    model, _ = _ppo([])
+    policy = model.policy
+    obs = torch.randn(16, 3)
+    out = policy.actor_net(obs)
+    value = policy.critic_net(obs).out
+    reference = out.out.pow(2).mean() + policy.log_std.sum()
+    rest = 0.5 * value.pow(2).mean()
+    theta = tuple(policy.actor_net.parameters())
+    pen = out.groups[0].expert.hidden[-1].pow(3).mean()
+
+    class Scaled(Regularizer):
+        name = "scaled"
+
+        def penalty(self, ctx):
+            return [Penalty("scaled", pen, 0.0, GradScale(0.7, reference, theta))]
+
+    model.regularizers = [Scaled()]
+    params = list(policy.parameters())
+    g_ref = torch.autograd.grad(reference, theta, retain_graph=True, allow_unused=True)
+    g_pen = torch.autograd.grad(pen, theta, retain_graph=True, allow_unused=True)
+    norm = lambda gs: torch.sqrt(sum(g.pow(2).sum() for g in gs if g is not None))
+    lam = 0.7 * norm(g_ref) / (norm(g_pen) + 1e-8)
+    expected = torch.autograd.grad(reference + rest + lam.detach() * pen, params, retain_graph=True, allow_unused=True)
+    policy.optimizer.zero_grad()
+    total = model._backward(LossContext(model, "ppo", None), reference, rest, params)
+    for p, g in zip(params, expected):
+        if g is None:
+            assert p.grad is None or torch.all(p.grad == 0)
+        else:
+            torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-7)
+    assert float(total) == pytest.approx(float(reference + rest + lam * pen), rel=1e-5)
+    assert model._penalty_log["train/coef_scaled"] == [pytest.approx(float(lam), rel=1e-5)]

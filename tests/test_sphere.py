@@ -13,7 +13,7 @@ from gymnasium import spaces
 
 from rl_moe.nn import NETWORK_KINDS, Dispatch, build_network
 from rl_moe.policies import MoEActorCriticPolicy
-from rl_moe.regularizers import LossContext, Sphere, SphereConfig, make_regularizer, sphere_config
+from rl_moe.regularizers import LossContext, Sphere, SphereConfig, make_regularizer, scaled_coef, sphere_config
 from rl_moe.regularizers import gram as gram_module
 from rl_moe.regularizers.gram import FeatureBlock, dense_phi, effective_rank, gram_stats, per_expert_stats, sample_gram
 from rl_moe.regularizers.sphere import feature_blocks, sphere_value
@@ -165,10 +165,11 @@ def test_adaptive_coefficient_is_ratio_of_gradient_norms() -> None:
     g_a = torch.autograd.grad(actor_loss, params, retain_graph=True, allow_unused=True)
     g_s = torch.autograd.grad(l_s, params, retain_graph=True, allow_unused=True)
     norm = lambda gs: torch.sqrt(sum((g**2).sum() for g in gs if g is not None))
-    assert term.coef == pytest.approx(0.3 * float(norm(g_a) / (norm(g_s) + 1e-8)), rel=1e-4)
+    assert term.scale is not None and term.scale.reference is actor_loss
+    assert scaled_coef(term) == pytest.approx(0.3 * float(norm(g_a) / (norm(g_s) + 1e-8)), rel=1e-4)
     # Sign flip and the other coefficient modes.
     (neg,) = Sphere(rho=-0.3, rank_every=0).penalty(_ctx(policy, out, {"actor": actor_loss}))
-    assert neg.coef == pytest.approx(-term.coef, rel=1e-6)
+    assert scaled_coef(neg) == pytest.approx(-scaled_coef(term), rel=1e-6)
     (fixed,) = Sphere(rho=0.02, coef_mode="fixed").penalty(_ctx(policy, out, {"actor": actor_loss}))
     assert fixed.coef == 0.02
     (ratio,) = Sphere(rho=0.5, coef_mode="loss_ratio").penalty(_ctx(policy, out, {"actor": actor_loss}))
@@ -253,7 +254,7 @@ def test_td3_critic_placement_uses_critic_loss_and_every_q_network() -> None:
     norm = lambda loss: torch.sqrt(
         sum((g**2).sum() for g in torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True) if g is not None)
     )
-    assert term.coef == pytest.approx(0.2 * float(norm(critic_loss) / (norm(l_s) + 1e-8)), rel=1e-4)
+    assert scaled_coef(term) == pytest.approx(0.2 * float(norm(critic_loss) / (norm(l_s) + 1e-8)), rel=1e-4)
 
 
 def test_ratio_every_reuses_the_last_ratio() -> None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
-from torch import Tensor
+import torch
+from torch import Tensor, nn
 
 from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
 
@@ -14,7 +15,7 @@ from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
 class RegularizedMixin:
     """Adds a list of :class:`Regularizer` objects to an SB3 algorithm.
 
-    The penalties of one phase are summed in :meth:`_add_penalties`, the only place where extra
+    The penalties of one phase are summed in :meth:`_backward`, the only place where extra
     loss terms enter an update; each term's loss and coefficient are logged as
     ``train/loss_<name>`` and ``train/coef_<name>`` (means over the update's minibatches).
     """
@@ -41,24 +42,67 @@ class RegularizedMixin:
         for reg in self.regularizers:
             reg.on_task_start(self, task_index)  # type: ignore[arg-type]
 
-    def _add_penalties(self, base: Tensor, ctx: LossContext) -> Tensor:
-        """``base + sum(coef * loss)`` over every regularizer's penalties for ``ctx``."""
-        total = base
+    def _backward(self, ctx: LossContext, reference: Tensor, rest: Tensor, params: Iterable[nn.Parameter]) -> Tensor:
+        """Backpropagate ``reference + rest + sum(coef * penalty)`` into ``.grad``; return the total.
+
+        This is the one place where extra loss terms enter an update. ``reference`` is the loss
+        adaptive coefficients compare against (PPO: the actor loss; TD3: the phase's loss) and
+        ``rest`` the other base terms. A :class:`GradScale` term is resolved here: the gradient of
+        ``reference`` is computed once, used both for its norm and as the update, and the
+        penalty's gradient is scaled and added, so an adaptive term costs one extra backward of
+        the penalty only.
+        """
+        scaled: list[Penalty] = []
         for reg in self.regularizers:
             for term in reg.penalty(ctx):
-                self._log_term(term)
+                if term.scale is not None and term.scale.rho != 0.0:
+                    scaled.append(term)
+                    continue
+                coef = 0.0 if term.scale is not None else term.coef
+                self._log_term(term, coef)
                 # Skipping zero coefficients keeps rho=0 runs bit-identical to unregularized ones.
-                if term.coef != 0.0:
-                    total = total + term.coef * term.loss
+                if coef != 0.0:
+                    rest = rest + coef * term.loss
+        if not scaled:
+            total = reference + rest
+            total.backward()
+            return total.detach()
+        return self._backward_scaled(reference, rest, scaled, [p for p in params if p.requires_grad])
+
+    def _backward_scaled(self, reference: Tensor, rest: Tensor, scaled: list[Penalty], params: list[nn.Parameter]) -> Tensor:
+        grads = list(torch.autograd.grad(reference, params, retain_graph=True, allow_unused=True))
+        ref_grads = list(grads)
+        index = {id(p): i for i, p in enumerate(params)}
+        total = reference.detach() + rest.detach()
+        for term in scaled:
+            s = term.scale
+            assert s is not None
+            sel = [index[id(p)] for p in s.params if id(p) in index]
+            pen = torch.autograd.grad(term.loss, params, retain_graph=True, allow_unused=True)
+            if s.reference is reference:
+                ref_norm = _norm(ref_grads[i] for i in sel)
+            else:
+                ref_norm = _norm(torch.autograd.grad(s.reference, [params[i] for i in sel], retain_graph=True, allow_unused=True))
+            coef = float(s.rho * ref_norm / (_norm(pen[i] for i in sel) + s.eps))
+            self._log_term(term, coef)
+            for i, g in enumerate(pen):
+                if g is not None:
+                    grads[i] = coef * g if grads[i] is None else grads[i] + coef * g
+            total = total + coef * term.loss.detach()
+        if rest.requires_grad:
+            rest.backward()
+        for p, g in zip(params, grads):
+            if g is not None:
+                p.grad = g if p.grad is None else p.grad + g
         return total
 
     def _after_update(self, phase: str) -> None:
         for reg in self.regularizers:
             reg.after_update(self, phase)  # type: ignore[arg-type]
 
-    def _log_term(self, term: Penalty) -> None:
+    def _log_term(self, term: Penalty, coef: float) -> None:
         self._penalty_log[f"train/loss_{term.name}"].append(float(term.loss.detach()))
-        self._penalty_log[f"train/coef_{term.name}"].append(float(term.coef))
+        self._penalty_log[f"train/coef_{term.name}"].append(coef)
 
     def _record_regularizer_logs(self) -> None:
         logger: Any = self.logger  # type: ignore[attr-defined]
@@ -68,3 +112,8 @@ class RegularizedMixin:
         for reg in self.regularizers:
             for key, value in reg.logs().items():
                 logger.record(f"train/{key}", value)
+
+
+def _norm(grads: Iterable[Tensor | None]) -> Tensor:
+    sq = [g.pow(2).sum() for g in grads if g is not None]
+    return torch.sqrt(torch.stack(sq).sum()) if sq else torch.zeros(())

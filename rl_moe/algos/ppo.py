@@ -1,7 +1,7 @@
 """PPO whose loss is the clipped PPO objective plus named regularizer terms.
 
 Same update as stable-baselines3's PPO (Schulman et al. 2017, arXiv:1707.06347); the only change
-is :meth:`RegularizedMixin._add_penalties` before the backward pass.
+is :meth:`RegularizedMixin._backward`, which adds the regularizer terms.
 """
 
 from __future__ import annotations
@@ -84,10 +84,8 @@ class MoEPPO(RegularizedMixin, PPO):
                     self, "ppo", batch, actor_out, critic_out,
                     losses={"policy": policy_loss, "value": value_loss, "entropy": entropy_loss, "actor": actor_loss},
                 )
-                loss = self._add_penalties(actor_loss + self.vf_coef * value_loss, ctx)
-
                 self.policy.optimizer.zero_grad()
-                loss.backward()
+                loss = self._backward(ctx, actor_loss, self.vf_coef * value_loss, self.policy.parameters())
                 torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
                 self.policy.optimizer.step()
                 self._after_update("ppo")

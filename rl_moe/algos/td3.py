@@ -50,10 +50,9 @@ class MoETD3(RegularizedMixin, TD3):
                 self, "td3_critic", batch, None, critic_outs[0] if critic_outs else None,
                 losses={"critic": critic_loss}, extra={"critic_outputs": critic_outs},
             )
-            total = self._add_penalties(critic_loss, ctx)
             critic_losses.append(critic_loss.item())
             self.critic.optimizer.zero_grad()
-            total.backward()
+            self._backward(ctx, critic_loss, critic_loss.new_zeros(()), self.critic.parameters())
             self.critic.optimizer.step()
             self._after_update("td3_critic")
 
@@ -62,10 +61,9 @@ class MoETD3(RegularizedMixin, TD3):
                 ctx = LossContext(
                     self, "td3_actor", batch, getattr(self.actor, "last_output", None), None, losses={"actor": actor_loss}
                 )
-                total = self._add_penalties(actor_loss, ctx)
                 actor_losses.append(actor_loss.item())
                 self.actor.optimizer.zero_grad()
-                total.backward()
+                self._backward(ctx, actor_loss, actor_loss.new_zeros(()), self.actor.parameters())
                 self.actor.optimizer.step()
                 self._after_update("td3_actor")
                 polyak_update(self.critic.parameters(), self.critic_target.parameters(), self.tau)

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from rl_moe.regularizers.base import PHASES, LossContext, Penalty, Regularizer, grad_norm, grad_ratio_coef
+from rl_moe.regularizers.base import (
+    PHASES,
+    GradScale,
+    LossContext,
+    Penalty,
+    Regularizer,
+    grad_norm,
+    grad_ratio_coef,
+    scaled_coef,
+)
 from rl_moe.regularizers.cbp import ContinualBackprop
 from rl_moe.regularizers.cchain import CChain
 from rl_moe.regularizers.load_balance import LoadBalance
@@ -69,6 +78,8 @@ __all__ = [
     "apply_spectral_norm",
     "grad_norm",
     "grad_ratio_coef",
+    "GradScale",
+    "scaled_coef",
     "make_regularizer",
     "sphere_config",
 ]

@@ -23,12 +23,29 @@ if TYPE_CHECKING:  # pragma: no cover
 PHASES: tuple[str, ...] = ("ppo", "td3_critic", "td3_actor")
 
 
+class GradScale(NamedTuple):
+    """Asks the learner for coef = rho * ||grad_params reference|| / (||grad_params loss|| + eps).
+
+    The learner computes it while backpropagating, reusing the reference loss's gradients
+    (SPHERE App. A.3), which saves one backward pass over computing both norms up front.
+    """
+
+    rho: float
+    reference: Tensor
+    params: tuple[nn.Parameter, ...]
+    eps: float = 1e-8
+
+
 class Penalty(NamedTuple):
-    """A named loss term; the learner adds ``coef * loss`` (``coef`` is a detached float)."""
+    """A named loss term; the learner adds ``coef * loss`` (``coef`` is a detached float).
+
+    With ``scale`` set, ``coef`` is ignored and the learner sets it from gradient norms.
+    """
 
     name: str
     loss: Tensor
     coef: float
+    scale: GradScale | None = None
 
 
 @dataclass
@@ -86,6 +103,14 @@ def grad_norm(loss: Tensor, params: Iterable[nn.Parameter]) -> Tensor:
     grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
     sq = [g.pow(2).sum() for g in grads if g is not None]
     return torch.sqrt(torch.stack(sq).sum()) if sq else loss.new_zeros(())
+
+
+def scaled_coef(term: Penalty) -> float:
+    """The coefficient a :class:`GradScale` asks for, computed directly (two extra backward passes)."""
+    if term.scale is None:
+        return term.coef
+    s = term.scale
+    return grad_ratio_coef(s.rho, s.reference, term.loss, s.params, s.eps)
 
 
 def grad_ratio_coef(

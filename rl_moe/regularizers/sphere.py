@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from rl_moe.nn import MoEOutput
-from rl_moe.regularizers.base import LossContext, Penalty, Regularizer, grad_ratio_coef
+from rl_moe.regularizers.base import GradScale, LossContext, Penalty, Regularizer, grad_ratio_coef
 from rl_moe.regularizers.gram import FeatureBlock, GramStats, effective_rank, gram_stats, per_expert_stats
 from rl_moe.regularizers.targets import (
     active_roles,
@@ -190,6 +190,11 @@ class Sphere(Regularizer):
                 continue
             ref = reference_loss(ctx, role)
             loss = sum((self.network_loss(out, ref) for _, out in pairs), start=ref.new_zeros(()))
+            if cfg.rho != 0 and cfg.coef_mode == "adaptive" and cfg.ratio_every == 1:
+                # The learner resolves the ratio while backpropagating (one backward fewer).
+                scale = GradScale(cfg.rho, ref, tuple(role_parameters(ctx.algo.policy, role)), cfg.eps)
+                terms.append(Penalty(self._term_name(role), loss, 0.0, scale))
+                continue
             coef = 0.0 if cfg.rho == 0 else self._coefficient(role, ctx, ref, loss)
             terms.append(Penalty(self._term_name(role), loss, coef))
         self._calls += 1
