@@ -1,0 +1,240 @@
+"""The whole configuration of a continual run, as frozen dataclasses saved to ``config.json``.
+
+``--set section.field=value`` overrides any field (e.g. ``--set ppo.n_steps=64``,
+``--set net.hidden=32,32``, ``--set reg.sphere.rho=0.01``); the value is parsed by the field's type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rl_moe.continual.errors import UsageError
+from rl_moe.continual.presets import PPOConfig, TD3Config
+
+
+@dataclass(frozen=True)
+class NetSettings:
+    """Architecture shared by the MoE side(s) (SPHERE Table 2); the method picks kind/LN/width.
+
+    :param hidden: expert hidden widths (paper: 3 x 256)
+    :param n_experts: experts E
+    :param top_k: active experts K (<= E)
+    :param activation: ``relu`` or ``tanh``
+    :param temperature: gate softmax temperature
+    :param gate_hidden: gate MLP hidden widths
+    :param actor_moe: the actor is the method's network (else dense)
+    :param critic_moe: the critic is the method's network; None = algo default (PPO dense
+        critic as in the paper; TD3 MoE critics as in its Table 22)
+    """
+
+    hidden: tuple[int, ...] = (256, 256, 256)
+    n_experts: int = 10
+    top_k: int = 2
+    activation: str = "relu"
+    temperature: float = 1.0
+    gate_hidden: tuple[int, ...] = (256,)
+    actor_moe: bool = True
+    critic_moe: bool | None = None
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """Evaluation schedule (deterministic actions).
+
+    :param evals_per_task: periodic evaluations of the current task per task segment
+    :param n_episodes: episodes per periodic evaluation
+    :param matrix_episodes: episodes per cell of the tasks x checkpoints success matrix
+    :param full_matrix: evaluate every checkpoint on every task; False: own task + final row only
+    :param n_envs: parallel eval envs (episodes are split evenly over them)
+    """
+
+    evals_per_task: int = 10
+    n_episodes: int = 10
+    matrix_episodes: int = 10
+    full_matrix: bool = True
+    n_envs: int = 5
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """Plasticity probe (``rl_moe.diagnostics``) on a held-out batch from the suite's probe task.
+
+    :param enabled: attach the probe callback when ``rl_moe.diagnostics`` provides it
+    :param n_states: states in the held-out batch (random-policy rollouts of the probe task)
+    :param every: env steps between probes; 0 = at every periodic evaluation
+    """
+
+    enabled: bool = True
+    n_states: int = 256
+    every: int = 0
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines a run; saved as ``config.json`` and reloaded by ``--resume``.
+
+    :param suite: the ``--suite`` argument (name or path)
+    :param suite_data: the resolved suite (so a resumed run does not depend on the file)
+    :param tasks: task names trained, in order (a prefix of the suite with ``--tasks``)
+    :param algo: ``ppo`` or ``td3``
+    :param method: key of :data:`rl_moe.continual.methods.METHODS`
+    :param protocol: ``crl`` (one agent through the tasks) or ``rl`` (fresh init per task)
+    :param seed: run seed
+    :param steps_per_task: env steps per task
+    :param device: ``cpu``, ``cuda`` or ``auto``
+    :param vec_env: resolved vectorized-env type (``dummy`` or ``subproc``)
+    :param net: network settings
+    :param ppo: PPO settings (resolved preset + overrides)
+    :param td3: TD3 settings (resolved preset + overrides)
+    :param eval: evaluation settings
+    :param probe: plasticity-probe settings
+    :param regularizers: regularizer name -> constructor kwargs (suite defaults + overrides)
+    :param reference: RL-protocol run folder for forward transfer, or None
+    :param created: UTC timestamp ``YYYYmmdd-HHMMSS``
+    """
+
+    suite: str
+    suite_data: Mapping[str, Any]
+    tasks: tuple[str, ...]
+    algo: str = "ppo"
+    method: str = "sphere"
+    protocol: str = "crl"
+    seed: int = 0
+    steps_per_task: int = 1_000_000
+    device: str = "auto"
+    vec_env: str = "dummy"
+    net: NetSettings = field(default_factory=NetSettings)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    td3: TD3Config = field(default_factory=TD3Config)
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    probe: ProbeSettings = field(default_factory=ProbeSettings)
+    regularizers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    reference: str | None = None
+    created: str = ""
+
+    @property
+    def suite_name(self) -> str:
+        return str(self.suite_data.get("name", self.suite))
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
+        return _from_dict(cls, data)
+
+    def save(self, path: str) -> None:
+        with open(path, "w") as fh:
+            json.dump(self.to_dict(), fh, indent=2)
+            fh.write("\n")
+
+
+#: ``--preset NAME``: named bundles of ``--set`` overrides, applied before the user's own.
+#: ``tiny`` shrinks networks, rollouts and evaluation so a run takes seconds (tests, demos).
+OVERRIDE_PRESETS: dict[str, tuple[str, ...]] = {
+    "tiny": (
+        "net.hidden=32,32", "net.n_experts=4", "net.gate_hidden=16",
+        "ppo.n_envs=2", "ppo.n_steps=64", "ppo.batch_size=64", "ppo.n_epochs=2",
+        "td3.learning_starts=100", "td3.batch_size=32", "td3.buffer_size=10000",
+        "eval.evals_per_task=2", "eval.n_episodes=2", "eval.matrix_episodes=2", "eval.n_envs=2",
+        "probe.n_states=32",
+    ),
+}
+
+#: ``--set`` sections -> dataclass types (``reg`` is handled separately).
+SECTIONS: dict[str, type] = {"net": NetSettings, "ppo": PPOConfig, "td3": TD3Config, "eval": EvalSettings, "probe": ProbeSettings}
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def _from_dict(cls: type, data: Mapping[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        value, hint = data[f.name], hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            value = _from_dict(hint, value)  # type: ignore[arg-type]
+        elif typing.get_origin(hint) is tuple:
+            value = tuple(value)
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def parse_value(text: str, hint: Any, key: str) -> Any:
+    """Parse ``text`` as the type ``hint`` of field ``key`` (ints, floats, bools, tuples, optionals)."""
+    args = typing.get_args(hint)
+    if type(None) in args:
+        if text.lower() in ("none", "null"):
+            return None
+        hint = next(a for a in args if a is not type(None))
+    try:
+        if hint is bool:
+            if text.lower() in ("1", "true", "yes", "on"):
+                return True
+            if text.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(text)
+        if typing.get_origin(hint) is tuple:
+            inner = typing.get_args(hint)[0]
+            return tuple(inner(v) for v in text.split(",") if v.strip())
+        if hint is int:
+            return int(float(text)) if "e" in text.lower() else int(text)
+        if hint in (float, str):
+            return hint(text)
+    except ValueError:
+        raise UsageError(f"bad value {text!r} for {key}: expected {getattr(hint, '__name__', hint)}") from None
+    return text
+
+
+def parse_json_scalar(text: str) -> Any:
+    """A regularizer kwarg: JSON if it parses (numbers, bools, lists), else the raw string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def apply_overrides(
+    sections: dict[str, Any], regs: dict[str, dict[str, Any]], overrides: list[str]
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Apply ``section.field=value`` strings to section dataclasses and regularizer kwargs.
+
+    :param sections: section name -> dataclass instance (keys of :data:`SECTIONS`)
+    :param regs: regularizer name -> kwargs
+    :param overrides: the ``--set`` arguments
+    """
+    sections, regs = dict(sections), {k: dict(v) for k, v in regs.items()}
+    valid = ", ".join([f"{s}.<field>" for s in SECTIONS] + ["reg.<regularizer>.<kwarg>"])
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or len(parts) < 2:
+            raise UsageError(f"bad --set {item!r}: expected KEY=VALUE with KEY one of {valid}")
+        if parts[0] == "reg":
+            if len(parts) != 3:
+                raise UsageError(f"bad --set key {key!r}: expected reg.<regularizer>.<kwarg>")
+            regs.setdefault(parts[1], {})[parts[2]] = parse_json_scalar(text)
+            continue
+        if parts[0] not in SECTIONS or len(parts) != 2:
+            raise UsageError(f"unknown --set key {key!r}; valid choices: {valid}")
+        cls = SECTIONS[parts[0]]
+        names = [f.name for f in dataclasses.fields(cls)]
+        if parts[1] not in names:
+            raise UsageError(f"unknown --set key {key!r}; valid fields of {parts[0]}: {', '.join(names)}")
+        hint = typing.get_type_hints(cls)[parts[1]]
+        value = parse_value(text.strip(), hint, key)
+        sections[parts[0]] = dataclasses.replace(sections[parts[0]], **{parts[1]: value})
+    return sections, regs

@@ -1,0 +1,114 @@
+"""Deterministic evaluation of a policy on a suite task, and the periodic-eval SB3 callback.
+
+Success follows the suite's rule through ``info["is_success"]`` (see
+:mod:`rl_moe.continual.wrappers`): CW any-step ``info["success"]``, HB/smoke return >= bar.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.running_mean_std import RunningMeanStd
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
+
+from rl_moe.continual.envs import EnvFactory
+
+
+class EvalResult(NamedTuple):
+    """Outcome of an evaluation.
+
+    :param success: fraction of successful episodes
+    :param mean_return: mean undiscounted episode return (raw rewards)
+    :param n_episodes: episodes run
+    """
+
+    success: float
+    mean_return: float
+    n_episodes: int
+
+
+def evaluate(
+    model: BaseAlgorithm, factories: list[EnvFactory], n_episodes: int, obs_rms: RunningMeanStd | None = None
+) -> EvalResult:
+    """Run ``n_episodes`` deterministic episodes split evenly over ``len(factories)`` envs.
+
+    Each env runs a fixed quota of episodes so that short (failed, early-terminated) episodes
+    are not over-represented, as in SB3's ``evaluate_policy``.
+
+    :param model: the learner (``model.predict`` is used)
+    :param factories: eval env factories (fixed seeds: every checkpoint sees the same goals)
+    :param n_episodes: total episodes
+    :param obs_rms: observation statistics of a ``VecNormalize`` training env, or None
+    """
+    k = max(1, min(len(factories), n_episodes))
+    venv: VecEnv = DummyVecEnv(list(factories[:k]))
+    if obs_rms is not None:
+        venv = VecNormalize(venv, training=False, norm_obs=True, norm_reward=False)
+        venv.obs_rms = copy.deepcopy(obs_rms)
+    quota = np.array([(n_episodes + i) // k for i in range(k)])  # sums to n_episodes
+    done_count = np.zeros(k, dtype=int)
+    successes: list[float] = []
+    returns: list[float] = []
+    try:
+        obs = venv.reset()
+        while (done_count < quota).any():
+            actions, _ = model.predict(obs, deterministic=True)  # type: ignore[arg-type]
+            obs, _, dones, infos = venv.step(actions)
+            for i in np.flatnonzero(dones):
+                if done_count[i] < quota[i]:
+                    successes.append(float(bool(infos[i].get("is_success", False))))
+                    returns.append(float(infos[i]["episode"]["r"]))
+                    done_count[i] += 1
+    finally:
+        venv.close()
+    return EvalResult(float(np.mean(successes)), float(np.mean(returns)), len(successes))
+
+
+class PeriodicEval(BaseCallback):
+    """Evaluate the current task at the task's start and then every ``every`` env steps.
+
+    Evaluations happen at rollout boundaries (``_on_rollout_start``, i.e. right after an update),
+    so each one scores freshly updated parameters: inside a PPO rollout of 16,384 steps the policy
+    does not change, and evaluating there would repeat the same measurement. Logs ``eval/success``
+    and ``eval/return`` at the global step and appends the points to ``curve``.
+
+    :param run_eval: ``() -> EvalResult`` for the current policy
+    :param every: env steps between evaluations
+    :param task_end: global step at which the task's segment ends (no periodic eval there: the
+        scheduler's end-of-task evaluation takes that point)
+    :param curve: dict with ``steps``, ``success`` and ``return`` lists, appended in place
+    """
+
+    def __init__(self, run_eval: Callable[[], EvalResult], every: int, task_end: int, curve: dict[str, list]) -> None:
+        super().__init__()
+        self.run_eval, self.every, self.task_end, self.curve = run_eval, max(1, every), task_end, curve
+        self.next_eval = 0
+
+    def _record(self) -> None:
+        res = self.run_eval()
+        self.curve["steps"].append(int(self.num_timesteps))
+        self.curve["success"].append(res.success)
+        self.curve.setdefault("return", []).append(res.mean_return)
+        self.logger.record("eval/success", res.success)
+        self.logger.record("eval/return", res.mean_return)
+        self.logger.dump(self.num_timesteps)
+
+    def _on_training_start(self) -> None:
+        self._record()
+        self.next_eval = self.num_timesteps + self.every
+
+    def _on_rollout_start(self) -> None:
+        self.num_timesteps = self.model.num_timesteps  # SB3 updates it only in on_step
+        if self.next_eval <= self.num_timesteps < self.task_end:
+            self._record()
+            # Skip the due points a long rollout jumped over: one evaluation per boundary.
+            missed = (self.num_timesteps - self.next_eval) // self.every
+            self.next_eval += (missed + 1) * self.every
+
+    def _on_step(self) -> bool:
+        return True

@@ -1,0 +1,109 @@
+"""Methods compared in the SPHERE paper (§5.1): a network variant plus a list of regularizers.
+
+``--method`` picks one entry of :data:`METHODS`. MoE kinds are the bare networks; the plasticity
+baselines and SPHERE sit on the Top-K MoE actor, as in the paper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rl_moe.continual.errors import MissingDependencyError, UsageError
+
+
+@dataclass(frozen=True)
+class Method:
+    """A network variant and the regularizers trained with it.
+
+    :param name: CLI name
+    :param kind: :class:`rl_moe.nn.NetConfig` kind of the MoE side(s) (``mlp`` = dense)
+    :param layer_norm: LayerNorm after every hidden layer (the LN baseline)
+    :param param_ratio: dense width chosen for ``param_ratio`` x the dense actor's parameters
+        (``dense10x`` = PPO(10x)); None keeps the width
+    :param regularizers: names in :data:`rl_moe.regularizers.REGISTRY`
+    :param description: one line for ``--help`` and the docs
+    """
+
+    name: str
+    kind: str = "topk"
+    layer_norm: bool = False
+    param_ratio: float | None = None
+    regularizers: tuple[str, ...] = ()
+    description: str = ""
+
+
+def _reg(name: str, description: str) -> Method:
+    return Method(name=name, regularizers=(name,), description=f"Top-K MoE + {description}")
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method("topk", "topk", description="Top-K MoE actor (E=10, K=2), no regularizer"),
+        Method("dense_moe", "dense_moe", description="Dense-MoE actor: every expert weighted by the softmax gate"),
+        Method("ds", "ds", description="DeepSeek-MoE actor: shared + fine-grained routed experts"),
+        Method("expert_choice", "expert_choice", description="Expert-choice routing actor"),
+        Method("soft", "soft", description="Soft-MoE actor (slot mixing)"),
+        Method("dense", "mlp", description="dense MLP actor (PPO baseline)"),
+        Method("dense10x", "mlp", param_ratio=10.0, description="dense MLP actor with ~10x the parameters (PPO(10x))"),
+        _reg("sphere", "SPHERE spectral-isotropy penalty (the paper's method)"),
+        Method("ln", "topk", layer_norm=True, description="Top-K MoE with LayerNorm (LN baseline)"),
+        _reg("cbp", "continual backprop (Dohare et al., 2024)"),
+        _reg("redo", "ReDo dormant-neuron resets (Sokar et al., 2023)"),
+        _reg("pw", "parseval weight regularization (Chung et al., 2024)"),
+        _reg("cchain", "C-CHAIN churn reduction (Tang et al., 2025)"),
+        _reg("specnorm", "spectral normalization"),
+        _reg("specreg", "spectral regularization (Lewandowski et al., 2024)"),
+        _reg("lb", "load-balancing auxiliary loss"),
+        _reg("ortho", "expert orthogonality penalty"),
+    )
+}
+
+
+def get_method(name: str) -> Method:
+    """The method called ``name``; :class:`UsageError` naming the valid choices otherwise."""
+    if name not in METHODS:
+        raise UsageError(f"unknown method {name!r}; valid choices: {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+def regularizer_registry() -> Mapping[str, Any] | None:
+    """``rl_moe.regularizers.REGISTRY`` when that module provides it, else None."""
+    try:
+        from rl_moe import regularizers
+    except ImportError:  # pragma: no cover - the package always has the base module
+        return None
+    return getattr(regularizers, "REGISTRY", None)
+
+
+def check_regularizers(names: tuple[str, ...], kwargs: Mapping[str, Mapping[str, Any]]) -> None:
+    """Fail early (before any run folder exists) when a regularizer is unknown or rejects its kwargs."""
+    if not names:
+        return
+    registry = regularizer_registry()
+    if registry is None:
+        raise MissingDependencyError(f"regularizers {list(names)} need rl_moe.regularizers.REGISTRY, which this install lacks")
+    missing = [n for n in names if n not in registry]
+    if missing:
+        raise UsageError(f"unknown regularizer {missing[0]!r}; valid choices: {', '.join(registry)}")
+    try:
+        build_regularizers(names, kwargs)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"bad regularizer settings {dict(kwargs)}: {exc}") from None
+
+
+def build_regularizers(names: tuple[str, ...], kwargs: Mapping[str, Mapping[str, Any]]) -> list[Any]:
+    """Instantiate the regularizers of a method with their per-suite/CLI keyword arguments."""
+    if not names:
+        return []
+    from rl_moe import regularizers
+
+    make = getattr(regularizers, "make_regularizer", None)
+    registry = regularizer_registry() or {}
+    out = []
+    for name in names:
+        kw = dict(kwargs.get(name, {}))
+        out.append(make(name, **kw) if make is not None else registry[name](**kw))
+    return out

@@ -1,0 +1,128 @@
+"""``results.json`` (schema 1, see the team contract) and its atomic writer.
+
+Beyond the schema's fields, ``task_segments`` holds each task's ``[start, end]`` global steps
+(needed to cut ``eval_curves`` when a suite repeats a task, as CW20 does) and ``global_step``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rl_moe.continual.metrics import compute_cl_metrics, segment_aucs
+
+SCHEMA = 1
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    """Write JSON to a temp file in the same folder, then ``os.replace`` it over ``path``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass
+class Results:
+    """Mutable run results; :meth:`to_dict` gives the ``results.json`` object."""
+
+    suite: str
+    algo: str
+    method: str
+    protocol: str
+    seed: int
+    tasks: list[str]
+    steps_per_task: int
+    finished_tasks: int = 0
+    success_matrix: list[list[float | None]] = field(default_factory=list)
+    eval_curves: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    task_segments: list[list[int]] = field(default_factory=list)
+    global_step: int = 0
+    reference_aucs: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.tasks)
+        if not self.success_matrix:
+            self.success_matrix = [[None] * n for _ in range(n)]
+
+    @property
+    def complete(self) -> bool:
+        return self.finished_tasks == len(self.tasks)
+
+    @property
+    def own_success(self) -> list[float | None]:
+        return [self.success_matrix[i][i] for i in range(len(self.tasks))]
+
+    @property
+    def final_success(self) -> list[float | None]:
+        if not self.complete:
+            return [None] * len(self.tasks)
+        return list(self.success_matrix[-1])
+
+    def cl_metrics(self) -> dict[str, float | None]:
+        """Continual World metrics; all None until the run is complete."""
+        if not self.complete:
+            return {"average_performance": None, "forgetting": None, "forward_transfer": None}
+        own = [float(v) for v in self.own_success]  # type: ignore[arg-type]
+        final = [float(v) for v in self.final_success]  # type: ignore[arg-type]
+        aucs = segment_aucs(self.tasks, self.task_segments, self.eval_curves)
+        ref = self.reference_aucs
+        if ref is not None:
+            n = min(len(ref), len(aucs))
+            aucs, ref = aucs[:n], ref[:n]
+        return compute_cl_metrics(own, final, aucs if ref else None, ref or None).to_dict()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "suite": self.suite,
+            "algo": self.algo,
+            "method": self.method,
+            "protocol": self.protocol,
+            "seed": self.seed,
+            "tasks": list(self.tasks),
+            "steps_per_task": self.steps_per_task,
+            "finished_tasks": self.finished_tasks,
+            "complete": self.complete,
+            "success_matrix": self.success_matrix,
+            "own_success": self.own_success,
+            "final_success": self.final_success,
+            "eval_curves": self.eval_curves,
+            "cl_metrics": self.cl_metrics(),
+            "task_segments": self.task_segments,
+            "global_step": self.global_step,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Results:
+        return cls(
+            suite=data["suite"], algo=data["algo"], method=data["method"], protocol=data["protocol"],
+            seed=int(data["seed"]), tasks=list(data["tasks"]), steps_per_task=int(data["steps_per_task"]),
+            finished_tasks=int(data["finished_tasks"]), success_matrix=data["success_matrix"],
+            eval_curves=data.get("eval_curves", {}), task_segments=data.get("task_segments", []),
+            global_step=int(data.get("global_step", 0)),
+        )  # fmt: skip
+
+    def save(self, path: str | Path) -> None:
+        write_json_atomic(path, self.to_dict())
+
+
+def reference_aucs(run_dir: str | Path, tasks: list[str]) -> list[float] | None:
+    """Per-task AUCs of an RL-protocol reference run (same task order), or None if unusable."""
+    data = json.loads((Path(run_dir) / "results.json").read_text())
+    ref = Results.from_dict(data)
+    n = ref.finished_tasks
+    if n == 0 or ref.tasks[:n] != tasks[:n]:
+        return None
+    return segment_aucs(ref.tasks[:n], ref.task_segments[:n], ref.eval_curves)

@@ -1,0 +1,250 @@
+"""The continual-task scheduler (SPHERE §5.1): one agent through the tasks (CRL) or a fresh agent
+per task (RL), with evaluation, checkpoints, ``results.json`` and resume.
+
+CRL keeps the *whole* learner between tasks: parameters, the Adam state and the global step
+(the paper resumes "from the final parameters of the previous task"; keeping the optimizer's
+moments avoids a reset that would itself act as a plasticity intervention). TD3's replay buffer
+is emptied at each task boundary and is never checkpointed.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger, configure
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+
+from rl_moe.continual.agents import begin_task, build_model
+from rl_moe.continual.config import RunConfig
+from rl_moe.continual.envs import EnvFactory, make_vec_env, task_factories
+from rl_moe.continual.evaluation import EvalResult, PeriodicEval, evaluate
+from rl_moe.continual.probe import load_or_collect, make_probe_callback
+from rl_moe.continual.progress import ProgressLine
+from rl_moe.continual.resolve import suite_of
+from rl_moe.continual.results import Results, reference_aucs
+
+# Seed offsets keep training, evaluation and probe envs on disjoint streams.
+_TRAIN_SEED, _EVAL_SEED, _PROBE_SEED = 0, 50_000, 99_000
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when available, else ``cpu``."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def checkpoint_path(run_dir: Path, index: int, task: str) -> Path:
+    """``checkpoints/task_<idx:02d>_<task>.zip`` (team contract)."""
+    return run_dir / "checkpoints" / f"task_{index:02d}_{task}.zip"
+
+
+class ContinualScheduler:
+    """Trains, evaluates and checkpoints a run described by ``cfg`` inside ``run_dir``.
+
+    :param cfg: resolved run configuration (``config.json`` of the run)
+    :param run_dir: the run folder (exists; may hold a partial run to resume)
+    :param progress: draw the progress line on stderr
+    :param callbacks: extra SB3 callbacks attached to every task's ``learn`` (tests, tools)
+    """
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, progress: bool = True, callbacks: list[BaseCallback] | None = None) -> None:
+        self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
+        self.extra_callbacks = list(callbacks or [])
+        self.suite = suite_of(cfg)
+        self.tasks = [self.suite.tasks[i] for i in range(len(cfg.tasks))]
+        self.device = resolve_device(cfg.device)
+        self.algo_cfg: Any = cfg.ppo if cfg.algo == "ppo" else cfg.td3
+        self.results = self._load_results()
+        self.model: BaseAlgorithm | None = None
+        self.env: VecEnv | None = None
+        self.logger: Logger | None = None
+
+    # ---- setup -----------------------------------------------------------------------------
+    def _load_results(self) -> Results:
+        path = self.run_dir / "results.json"
+        if path.is_file():
+            import json
+
+            return Results.from_dict(json.loads(path.read_text()))
+        cfg = self.cfg
+        return Results(cfg.suite_name, cfg.algo, cfg.method, cfg.protocol, cfg.seed, list(cfg.tasks), cfg.steps_per_task)
+
+    def _seed(self, offset: int, task_index: int) -> int:
+        return self.cfg.seed * 100_000 + offset + task_index * 100
+
+    def eval_factories(self, j: int) -> list[EnvFactory]:
+        """Fixed-seed eval envs of task ``j``: every checkpoint is scored on the same goals."""
+        return task_factories(self.suite, self.tasks[j], self.cfg.eval.n_envs, self._seed(_EVAL_SEED, j))
+
+    def _make_env(self, i: int, previous: VecEnv | None) -> VecEnv:
+        factories = task_factories(self.suite, self.tasks[i], self.algo_cfg.n_envs, self._seed(_TRAIN_SEED, i))
+        env: VecEnv = make_vec_env(factories, self.cfg.vec_env)
+        if self.algo_cfg.normalize_obs:
+            env = VecNormalize(env, norm_obs=True, norm_reward=self.algo_cfg.normalize_reward, gamma=self.algo_cfg.gamma)
+            # CRL: input statistics belong to the agent and carry over; RL starts afresh.
+            if self.cfg.protocol == "crl" and isinstance(previous, VecNormalize):
+                env.obs_rms, env.ret_rms = copy.deepcopy(previous.obs_rms), copy.deepcopy(previous.ret_rms)
+        return env
+
+    def _obs_rms(self) -> Any:
+        return self.env.obs_rms if isinstance(self.env, VecNormalize) else None
+
+    def _evaluate(self, j: int, n_episodes: int) -> EvalResult:
+        assert self.model is not None
+        return evaluate(self.model, self.eval_factories(j), n_episodes, self._obs_rms())
+
+    # ---- main loop ---------------------------------------------------------------------------
+    def run(self) -> Results:
+        """Train the remaining tasks; returns the final :class:`Results` (also on disk)."""
+        cfg, res = self.cfg, self.results
+        res.save(self.run_dir / "results.json")
+        probe_factory = EnvFactory(self.suite.family, self.suite.probe_task, self.suite.episode_length, self.suite.success_type, self._seed(_PROBE_SEED, 0))
+        probe_states = load_or_collect(self.run_dir / "probe_states.pt", probe_factory, cfg.probe.n_states, cfg.seed) if cfg.probe.enabled else None
+        if cfg.reference is not None:
+            res.reference_aucs = reference_aucs(cfg.reference, list(cfg.tasks))
+        self.logger = configure(str(self.run_dir / "tb"), ["tensorboard"])
+        try:
+            for i in range(res.finished_tasks, len(self.tasks)):
+                self._train_task(i, probe_states)
+            self._finish()
+        finally:
+            self._close_env()
+            if self.logger is not None:
+                self.logger.close()
+        return res
+
+    def _close_env(self) -> None:
+        if self.env is not None:
+            try:
+                self.env.close()
+            except (EOFError, BrokenPipeError, ConnectionResetError):
+                pass  # subprocess workers already gone (Ctrl-C reaches them too)
+            self.env = None
+
+    def _prepare_model(self, i: int, env: VecEnv) -> None:
+        fresh = self.model is None or self.cfg.protocol == "rl"
+        if fresh:
+            self.model = build_model(self.cfg, env, self.device)
+            assert self.logger is not None
+            self.model.set_logger(self.logger)
+            if self.cfg.protocol == "crl" and i > 0:  # resume: continue from the last finished task
+                prev = checkpoint_path(self.run_dir, i - 1, self.tasks[i - 1].name)
+                self.model.set_parameters(str(prev), exact_match=True, device=self.device)
+        else:
+            assert self.model is not None
+            self.model.set_env(env)
+        begin_task(self.model, self.cfg, i, self.results.global_step)
+
+    def _train_task(self, i: int, probe_states: torch.Tensor | None) -> None:
+        cfg, res, task = self.cfg, self.results, self.tasks[i]
+        t0 = time.perf_counter()
+        previous = self.env
+        if previous is None and cfg.protocol == "crl" and i > 0 and self.algo_cfg.normalize_obs:
+            previous = self._load_vecnormalize(i - 1)
+        env = self._make_env(i, previous)
+        if self.env is not None and self.env is not env:
+            self._close_env()
+        self.env = env
+        self._prepare_model(i, env)
+        assert self.model is not None
+        start = res.global_step
+        curve = {"steps": [], "success": [], "return": []}
+        every = max(1, cfg.steps_per_task // cfg.eval.evals_per_task)
+        callbacks: list[BaseCallback] = [PeriodicEval(lambda: self._evaluate(i, cfg.eval.n_episodes), every, start + cfg.steps_per_task, curve)]
+        if probe_states is not None:
+            probe = make_probe_callback(self._probe_input(probe_states), cfg.probe.every or every, cfg.seed)
+            if probe is not None:
+                callbacks.append(probe)
+        if self.progress:
+            callbacks.append(ProgressLine(f"[task {i + 1}/{len(self.tasks)} {task.name}]", start, cfg.steps_per_task))
+        callbacks.extend(self.extra_callbacks)
+        self.model.learn(total_timesteps=cfg.steps_per_task, reset_num_timesteps=False, callback=callbacks, log_interval=1)
+        end = int(self.model.num_timesteps)
+        train_seconds = time.perf_counter() - t0
+        self._save_checkpoint(i)
+        t1 = time.perf_counter()
+        row = self._evaluate_row(i)
+        eval_seconds = time.perf_counter() - t1
+        own = row[i]
+        assert own is not None
+        curve["steps"].append(end)
+        curve["success"].append(own.success)
+        curve["return"].append(own.mean_return)
+        self._store_task(i, start, end, row, curve)
+        self._log_task(i, end, own, row, train_seconds, eval_seconds)
+
+    def _probe_input(self, states: torch.Tensor) -> torch.Tensor:
+        rms = self._obs_rms()
+        if rms is None:
+            return states
+        # The actor sees normalized observations under VecNormalize; probe it the same way.
+        assert isinstance(self.env, VecNormalize)
+        return torch.as_tensor(self.env.normalize_obs(states.numpy()), dtype=torch.float32)
+
+    def _evaluate_row(self, i: int) -> list[EvalResult | None]:
+        last = i == len(self.tasks) - 1
+        cols = range(len(self.tasks)) if (self.cfg.eval.full_matrix or last) else [i]
+        row: list[EvalResult | None] = [None] * len(self.tasks)
+        for j in cols:
+            row[j] = self._evaluate(j, self.cfg.eval.matrix_episodes)
+        return row
+
+    def _store_task(self, i: int, start: int, end: int, row: list[EvalResult | None], curve: dict[str, list]) -> None:
+        res = self.results
+        res.success_matrix[i] = [None if r is None else r.success for r in row]
+        merged = res.eval_curves.setdefault(self.tasks[i].name, {"steps": [], "success": [], "return": []})
+        for key in ("steps", "success", "return"):
+            merged.setdefault(key, []).extend(curve[key])
+        res.task_segments = res.task_segments[:i] + [[start, end]]
+        res.global_step = end
+        res.finished_tasks = i + 1
+        res.save(self.run_dir / "results.json")
+
+    def _log_task(self, i: int, end: int, own: EvalResult, row: list[EvalResult | None], train_s: float, eval_s: float) -> None:
+        log = self.logger
+        assert log is not None
+        seen = [r.success for r in row[: i + 1] if r is not None]
+        log.record("cl/own_success", own.success)
+        log.record("cl/avg_success_seen", sum(seen) / len(seen))
+        log.record("time/task_seconds", train_s)
+        log.record("time/matrix_eval_seconds", eval_s)
+        log.dump(end)
+        log.record("cl/success_after_task", own.success)
+        log.dump(i)  # x axis = task index (team contract)
+
+    def _finish(self) -> None:
+        res, log = self.results, self.logger
+        if not res.complete or log is None:
+            return
+        metrics = res.cl_metrics()
+        for key, value in metrics.items():
+            if value is not None:
+                log.record(f"cl/{key}", value)
+        log.dump(res.global_step)
+        res.save(self.run_dir / "results.json")
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+    def _save_checkpoint(self, i: int) -> None:
+        assert self.model is not None
+        path = checkpoint_path(self.run_dir, i, self.tasks[i].name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Replay buffers are not part of SB3's .zip; nothing large is written.
+        self.model.save(str(path))
+        if isinstance(self.env, VecNormalize):
+            self.env.save(str(path.with_suffix(".vecnormalize.pkl")))
+
+    def _load_vecnormalize(self, i: int) -> VecNormalize | None:
+        path = checkpoint_path(self.run_dir, i, self.tasks[i].name).with_suffix(".vecnormalize.pkl")
+        if not path.is_file():
+            return None
+        import pickle
+
+        with open(path, "rb") as fh:
+            return pickle.load(fh)

@@ -1,0 +1,169 @@
+"""Continual task suites (SPEC §5): JSON data files loaded into frozen dataclasses.
+
+The built-in suites (``cw10``, ``cw20``, ``hb5``, ``smoke``) ship inside the package in
+``rl_moe/continual/suites/*.json``; the repository's ``envs/`` folder holds identical copies for
+browsing. A path to any JSON file with the same schema loads a user suite.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rl_moe.continual.errors import UsageError
+
+#: Env families with a factory in :mod:`rl_moe.continual.envs`.
+FAMILIES: tuple[str, ...] = ("metaworld", "humanoidbench", "smoke")
+#: How episode success is decided: ``info`` = ``info["success"]`` at any step (MetaWorld);
+#: ``return`` = episode return >= the task's ``success_bar`` (HumanoidBench, smoke).
+SUCCESS_TYPES: tuple[str, ...] = ("info", "return")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of a suite.
+
+    :param name: task id shown to users (MetaWorld env name, HumanoidBench gym id, smoke label)
+    :param success_bar: episode-return threshold for ``return`` success (None for ``info``)
+    :param params: family-specific extra fields (smoke: ``env_id``, ``permutation``, ``action_sign``)
+    """
+
+    name: str
+    success_bar: float | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | str) -> TaskSpec:
+        if isinstance(data, str):
+            return cls(name=data)
+        data = dict(data)
+        name = data.pop("name")
+        bar = data.pop("success_bar", None)
+        return cls(name=str(name), success_bar=None if bar is None else float(bar), params=data)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, **dict(self.params)}
+        if self.success_bar is not None:
+            out["success_bar"] = self.success_bar
+        return out
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A task sequence with its protocol facts.
+
+    :param name: suite name (``cw10``, ...)
+    :param family: env family, one of :data:`FAMILIES`
+    :param tasks: the tasks in training order
+    :param probe_task: held-out task (outside the sequence) whose states form the probe batch
+    :param steps_per_task: env steps per task of the full protocol (CW: 1M, HB: 10M)
+    :param episode_length: steps per episode (CW: 200, HB: 1000)
+    :param success_type: one of :data:`SUCCESS_TYPES`
+    :param presets: algo -> preset name in :mod:`rl_moe.continual.presets`
+    :param regularizers: per-suite regularizer kwargs (e.g. SPHERE rho, paper Table 2)
+    :param description: one line for ``--help`` and the docs
+    :param source: where the suite was loaded from
+    """
+
+    name: str
+    family: str
+    tasks: tuple[TaskSpec, ...]
+    probe_task: TaskSpec
+    steps_per_task: int
+    episode_length: int
+    success_type: str = "info"
+    presets: Mapping[str, str] = field(default_factory=dict)
+    regularizers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    description: str = ""
+    source: str = ""
+
+    @property
+    def task_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tasks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "family": self.family,
+            "steps_per_task": self.steps_per_task,
+            "episode_length": self.episode_length,
+            "success": {"type": self.success_type},
+            "probe_task": self.probe_task.to_dict(),
+            "presets": dict(self.presets),
+            "regularizers": {k: dict(v) for k, v in self.regularizers.items()},
+            "tasks": [t.to_dict() for t in self.tasks],
+        }
+
+
+def builtin_suites() -> tuple[str, ...]:
+    """Names of the suites shipped with the package."""
+    folder = resources.files("rl_moe.continual") / "suites"
+    return tuple(sorted(p.name[: -len(".json")] for p in folder.iterdir() if p.name.endswith(".json")))
+
+
+def suite_from_dict(data: Mapping[str, Any], source: str = "") -> Suite:
+    """Validate and build a :class:`Suite`; raises :class:`UsageError` naming the bad field."""
+    where = f" in {source}" if source else ""
+    try:
+        family = data["family"]
+        tasks = tuple(TaskSpec.from_dict(t) for t in data["tasks"])
+        probe = TaskSpec.from_dict(data["probe_task"])
+        success_type = data.get("success", {}).get("type", "info")
+        suite = Suite(
+            name=str(data["name"]),
+            family=str(family),
+            tasks=tasks,
+            probe_task=probe,
+            steps_per_task=int(data["steps_per_task"]),
+            episode_length=int(data["episode_length"]),
+            success_type=str(success_type),
+            presets=dict(data.get("presets", {})),
+            regularizers={k: dict(v) for k, v in data.get("regularizers", {}).items()},
+            description=str(data.get("description", "")),
+            source=source,
+        )
+    except KeyError as exc:
+        raise UsageError(f"suite{where} lacks the required field {exc.args[0]!r}") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise UsageError(f"malformed suite{where}: {exc}") from None
+    if suite.family not in FAMILIES:
+        raise UsageError(f"unknown env family {suite.family!r}{where}; valid choices: {', '.join(FAMILIES)}")
+    if suite.success_type not in SUCCESS_TYPES:
+        raise UsageError(f"unknown success type {suite.success_type!r}{where}; valid choices: {', '.join(SUCCESS_TYPES)}")
+    if not suite.tasks:
+        raise UsageError(f"suite{where} has no tasks")
+    if suite.steps_per_task <= 0 or suite.episode_length <= 0:
+        raise UsageError(f"suite{where}: steps_per_task and episode_length must be > 0")
+    if suite.success_type == "return":
+        missing = [t.name for t in (*suite.tasks, suite.probe_task) if t.success_bar is None]
+        if missing:
+            raise UsageError(f"suite{where} uses return success but tasks {missing} have no success_bar")
+    if suite.probe_task.name in suite.task_names:
+        raise UsageError(f"suite{where}: the probe task {suite.probe_task.name!r} must lie outside the task sequence")
+    return suite
+
+
+def load_suite(name_or_path: str) -> Suite:
+    """A built-in suite by name, or a user suite from a JSON file path.
+
+    :param name_or_path: ``cw10``, ``cw20``, ``hb5``, ``smoke`` or a path to a ``.json`` file
+    """
+    names = builtin_suites()
+    if name_or_path in names:
+        ref = resources.files("rl_moe.continual") / "suites" / f"{name_or_path}.json"
+        return suite_from_dict(json.loads(ref.read_text()), source=f"builtin:{name_or_path}")
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise UsageError(f"unknown suite {name_or_path!r}; valid choices: {', '.join(names)} or a path to a suite .json file")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"cannot read suite file {str(path)!r}: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"suite file {str(path)!r} must hold a JSON object")
+    return suite_from_dict(data, source=str(path.resolve()))

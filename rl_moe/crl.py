@@ -1,0 +1,177 @@
+"""``python -m rl_moe.crl``: train a method through a continual task suite.
+
+Examples::
+
+    python -m rl_moe.crl --suite smoke --algo td3 --method topk
+    python -m rl_moe.crl --suite cw10 --tasks 2 --steps-per-task 20000
+    python -m rl_moe.crl --resume runs/cw10/ppo-sphere-s0-20260101-120000
+
+Every user mistake is reported on one line with exit code 2 before anything is written;
+Ctrl-C stops cleanly with exit code 130 and prints the command that resumes the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from rl_moe.continual.config import RunConfig
+from rl_moe.continual.errors import UsageError
+from rl_moe.continual.methods import METHODS
+from rl_moe.continual.resolve import ALGO_NAMES, DEVICES, RunRequest, resolve
+from rl_moe.continual.suites import builtin_suites
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit code 2) instead of the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m rl_moe.crl", description="Continual RL with MoE policies: train a method through a task suite.")
+    p.add_argument("--suite", default="cw10", help=f"built-in suite ({', '.join(builtin_suites())}) or a suite .json path")
+    p.add_argument("--algo", default="ppo", help=f"learner: {', '.join(ALGO_NAMES)}")
+    p.add_argument("--method", default="sphere", help=f"network + regularizers: {', '.join(METHODS)}")
+    p.add_argument("--protocol", default="crl", help="crl: one agent through the tasks; rl: fresh agent per task")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps-per-task", type=int, default=None, help="env steps per task (default: the suite's budget)")
+    p.add_argument("--tasks", type=int, default=None, help="train only the first N tasks of the suite")
+    p.add_argument("--device", default="auto", help=f"torch device: {', '.join(DEVICES)}")
+    p.add_argument("--vec-env", default="auto", help="auto (in-process on <= 2 cores), dummy or subproc")
+    p.add_argument("--experts", type=int, default=None, help="number of experts E (default 10)")
+    p.add_argument("--top-k", type=int, default=None, help="active experts K <= E (default 2)")
+    p.add_argument("--out", default="runs", help="runs root folder (default: runs)")
+    p.add_argument("--run-dir", default=None, help="explicit run folder; an existing run there is resumed")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run after its last finished task")
+    p.add_argument("--reference", default=None, metavar="RUN_DIR", help="RL-protocol run for forward transfer")
+    p.add_argument("--preset", default=None, help="override bundle applied before --set: tiny (small nets/rollouts, seconds-fast)")
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override a config field: net.hidden=32,32  ppo.n_steps=64  eval.n_episodes=2  reg.sphere.rho=0.01",
+    )  # fmt: skip
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: small nets run fastest single-threaded)")
+    p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    p.add_argument("--list", action="store_true", help="list suites and methods, then exit")
+    return p
+
+
+def _listing() -> str:
+    lines = ["suites: " + ", ".join(builtin_suites()), "methods:"]
+    lines += [f"  {m.name:<14} {m.description}" for m in METHODS.values()]
+    return "\n".join(lines)
+
+
+def _load_run(run_dir: Path) -> RunConfig:
+    path = run_dir / "config.json"
+    if not path.is_file():
+        raise UsageError(f"cannot resume {str(run_dir)!r}: no config.json there (not a run folder)")
+    try:
+        return RunConfig.from_dict(json.loads(path.read_text()))
+    except (json.JSONDecodeError, TypeError, ValueError) as exc:
+        raise UsageError(f"cannot resume {str(run_dir)!r}: bad config.json ({exc})") from None
+
+
+def _new_run_dir(cfg: RunConfig, out: str) -> Path:
+    base = Path(out) / cfg.suite_name / f"{cfg.algo}-{cfg.method}-s{cfg.seed}-{cfg.created}"
+    path, n = base, 1
+    while path.exists():  # two runs started in the same second
+        path, n = base.with_name(f"{base.name}-{n}"), n + 1
+    return path
+
+
+def prepare(args: argparse.Namespace) -> tuple[RunConfig, Path]:
+    """Resolve the run (all validation) and return its config and folder; writes nothing."""
+    resume_dir = args.resume
+    if resume_dir is None and args.run_dir is not None and (Path(args.run_dir) / "config.json").is_file():
+        resume_dir = args.run_dir
+    if resume_dir is not None:
+        run_dir = Path(resume_dir)
+        if not run_dir.is_dir():
+            raise UsageError(f"cannot resume {resume_dir!r}: no such run folder")
+        return _load_run(run_dir), run_dir
+    req = RunRequest(
+        suite=args.suite, algo=args.algo, method=args.method, protocol=args.protocol, seed=args.seed,
+        steps_per_task=args.steps_per_task, tasks=args.tasks, device=args.device, vec_env=args.vec_env,
+        n_experts=args.experts, top_k=args.top_k, reference=args.reference, preset=args.preset, overrides=tuple(args.overrides),
+    )  # fmt: skip
+    cfg = resolve(req)
+    run_dir = Path(args.run_dir) if args.run_dir is not None else _new_run_dir(cfg, args.out)
+    return cfg, run_dir
+
+
+def _rollout_note(cfg: RunConfig) -> str:
+    """PPO trains whole rollouts: say so when the step budget is not a multiple of one."""
+    if cfg.algo != "ppo":
+        return ""
+    rollout = cfg.ppo.n_envs * cfg.ppo.n_steps
+    actual = -(-cfg.steps_per_task // rollout) * rollout
+    if actual == cfg.steps_per_task:
+        return ""
+    return f"note: PPO collects {rollout:,}-step rollouts, so each task runs {actual:,} steps (asked: {cfg.steps_per_task:,})"
+
+
+def _summary(results: dict) -> str:
+    own = ", ".join("-" if v is None else f"{v:.2f}" for v in results["own_success"])
+    text = f"own-task success: [{own}]"
+    m = results["cl_metrics"]
+    if results["complete"] and m["average_performance"] is not None:
+        ft = "n/a" if m["forward_transfer"] is None else f"{m['forward_transfer']:.3f}"
+        text += f"\naverage performance {m['average_performance']:.3f}, forgetting {m['forgetting']:.3f}, forward transfer {ft}"
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the exit code (0 ok, 2 usage error, 130 interrupted)."""
+    args = build_parser().parse_args(argv)
+    if args.list:
+        print(_listing())
+        return 0
+    try:
+        cfg, run_dir = prepare(args)
+    except UsageError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_USAGE
+    resume_cmd = f"python -m rl_moe.crl --resume {run_dir}"
+    results_path = run_dir / "results.json"
+    if results_path.is_file() and json.loads(results_path.read_text()).get("complete"):
+        print(f"run {run_dir} is already complete; nothing to do")
+        return 0
+    if args.threads < 1:
+        sys.stderr.write(f"error: --threads must be >= 1, got {args.threads}\n")
+        return EXIT_USAGE
+    import torch
+
+    from rl_moe.continual.scheduler import ContinualScheduler
+
+    torch.set_num_threads(args.threads)
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not (run_dir / "config.json").is_file():
+        cfg.save(str(run_dir / "config.json"))
+    print(f"run folder: {run_dir}", flush=True)
+    note = _rollout_note(cfg)
+    if note:
+        print(note, flush=True)
+    try:
+        results = ContinualScheduler(cfg, run_dir, progress=not args.no_progress).run()
+    except KeyboardInterrupt:
+        sys.stderr.write(f"\ninterrupted; finished tasks are saved. Resume with: {resume_cmd}\n")
+        return EXIT_INTERRUPTED
+    print(_summary(results.to_dict()))
+    print(f"results: {results_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Continual World metrics, results.json, config overrides, schedules and method networks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rl_moe.continual.agents import TaskLinearSchedule, net_configs_for
+from rl_moe.continual.config import RunConfig
+from rl_moe.continual.errors import UsageError
+from rl_moe.continual.metrics import compute_cl_metrics, curve_auc, forward_transfer
+from rl_moe.continual.resolve import RunRequest, resolve
+from rl_moe.continual.results import Results, write_json_atomic
+from rl_moe.nn import build_network
+
+
+def test_curve_auc_known_answers() -> None:
+    assert curve_auc([0, 50, 100], [0.4, 0.4, 0.4], 0, 100) == pytest.approx(0.4)
+    assert curve_auc([0, 100], [0.0, 1.0], 0, 100) == pytest.approx(0.5)  # linear ramp
+    # Points outside the segment are ignored; the curve is held flat to the segment ends.
+    assert curve_auc([50, 100, 150, 200], [9.0, 0.0, 1.0, 1.0], 100, 200) == pytest.approx(0.75)
+    with pytest.raises(ValueError):
+        curve_auc([0, 10], [1, 1], 20, 30)
+
+
+def test_cl_metrics_brute_force() -> None:
+    rng = np.random.default_rng(0)
+    m = rng.uniform(size=(4, 4))
+    own, final = np.diag(m), m[-1]
+    res = compute_cl_metrics(own, final, [0.5, 0.2, 0.9, 1.0], [0.25, 0.6, 0.9, 1.0])
+    assert res.average_performance == pytest.approx(final.mean())
+    assert res.forgetting == pytest.approx(np.mean([own[i] - final[i] for i in range(4)]))
+    # (0.5-.25)/.75, (0.2-.6)/.4, 0; the task with reference AUC 1 is left out.
+    assert res.forward_transfer == pytest.approx(np.mean([1 / 3, -1.0, 0.0]))
+    assert forward_transfer([0.3], [1.0]) is None
+    assert compute_cl_metrics(own, final).forward_transfer is None
+
+
+def test_results_schema_incomplete_and_complete(tmp_path: Path) -> None:
+    res = Results("smoke", "ppo", "topk", "crl", 0, ["a", "b"], 100)
+    d = res.to_dict()
+    assert d["schema"] == 1 and d["complete"] is False and d["success_matrix"] == [[None, None], [None, None]]
+    assert d["final_success"] == [None, None] and d["cl_metrics"]["average_performance"] is None
+    res.success_matrix = [[0.5, 0.0], [0.25, 1.0]]
+    res.finished_tasks, res.task_segments = 2, [[0, 100], [100, 200]]
+    res.eval_curves = {"a": {"steps": [0, 100], "success": [0.0, 0.5]}, "b": {"steps": [100, 200], "success": [0.0, 1.0]}}
+    d = res.to_dict()
+    assert d["own_success"] == [0.5, 1.0] and d["final_success"] == [0.25, 1.0]
+    assert d["cl_metrics"]["average_performance"] == pytest.approx(0.625)
+    assert d["cl_metrics"]["forgetting"] == pytest.approx(0.125)
+    res.reference_aucs = [0.5, 0.0]
+    assert res.cl_metrics()["forward_transfer"] == pytest.approx(np.mean([(0.25 - 0.5) / 0.5, 0.5]))
+    path = tmp_path / "results.json"
+    res.save(path)
+    assert Results.from_dict(json.loads(path.read_text())).to_dict()["success_matrix"] == res.success_matrix
+    write_json_atomic(path, {"x": 1})
+    assert json.loads(path.read_text()) == {"x": 1} and [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_task_linear_schedule_is_task_local() -> None:
+    # Task 2 of 1000 steps starting at global step 1000; SB3 progress is over [0, 2000].
+    sched = TaskLinearSchedule(3e-4, 1e-4, 1.0, task_start=1000, task_steps=1000)
+    assert sched(1 - 1000 / 2000) == pytest.approx(3e-4)
+    assert sched(1 - 1500 / 2000) == pytest.approx(2e-4)
+    assert sched(0.0) == pytest.approx(1e-4)
+    half = TaskLinearSchedule(3e-4, 1e-4, 0.5, task_start=0, task_steps=1000)  # HumanoidBench
+    assert half(1 - 250 / 1000) == pytest.approx(2e-4)
+    assert half(1 - 500 / 1000) == pytest.approx(1e-4) == half(1 - 900 / 1000)
+
+
+def test_overrides_and_presets_resolve() -> None:
+    cfg = resolve(RunRequest(suite="cw10", method="topk", tasks=2, overrides=("ppo.n_steps=64", "net.hidden=32,32", "eval.full_matrix=false", "reg.sphere.rho=0.5")))
+    assert cfg.ppo.n_steps == 64 and cfg.ppo.n_envs == 8 and cfg.ppo.batch_size == 256 and cfg.ppo.lr_start == 3e-4
+    assert cfg.net.hidden == (32, 32) and cfg.eval.full_matrix is False and cfg.regularizers["sphere"]["rho"] == 0.5
+    assert cfg.tasks == ("hammer-v3", "push-wall-v3") and cfg.steps_per_task == 1_000_000
+    again = RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert again == cfg  # config.json round trip
+    for bad, msg in [
+        ("ppo.nsteps=3", "valid fields of ppo"),
+        ("foo.bar=1", "valid choices"),
+        ("ppo.n_steps=abc", "expected int"),
+        ("ppo.n_steps=0", "must be > 0"),
+        ("net.top_k=11", "top_k must be in"),
+    ]:
+        with pytest.raises(UsageError, match=msg):
+            resolve(RunRequest(suite="cw10", method="topk", overrides=(bad,)))
+
+
+def test_method_networks() -> None:
+    cfg = resolve(RunRequest(suite="smoke", method="dense10x", overrides=("net.hidden=32,32",)))
+    nets = net_configs_for(cfg, 39, 4)
+    assert nets.actor.kind == "mlp" and nets.actor.width_multiplier > 2.5 and nets.critic.width_multiplier == 1.0
+    count = lambda c: sum(p.numel() for p in build_network(39, 4, c).parameters())
+    base = count(net_configs_for(resolve(RunRequest(suite="smoke", method="dense", overrides=("net.hidden=32,32",))), 39, 4).actor)
+    assert count(nets.actor) == pytest.approx(10 * base, rel=0.05)
+    ln = net_configs_for(resolve(RunRequest(suite="smoke", method="ln")), 3, 1)
+    assert ln.actor.layer_norm and ln.actor.kind == "topk" and not ln.critic.layer_norm and ln.critic.kind == "mlp"
+    td3 = net_configs_for(resolve(RunRequest(suite="smoke", algo="td3", method="ds")), 3, 1)
+    assert td3.actor.kind == "ds" and td3.critic.kind == "ds"  # TD3: MoE critics (SPHERE Table 22)
+
+
+def test_periodic_eval_fires_at_rollout_boundaries() -> None:
+    from rl_moe.continual.evaluation import EvalResult, PeriodicEval
+
+    calls: list[int] = []
+    curve: dict[str, list] = {"steps": [], "success": [], "return": []}
+
+    class _Model:
+        num_timesteps = 1000
+        logger = type("L", (), {"record": lambda *a: None, "dump": lambda *a: None})()
+
+    model = _Model()
+    cb = PeriodicEval(lambda: (calls.append(cb.num_timesteps), EvalResult(0.5, -1.0, 2))[1], every=100, task_end=1600, curve=curve)
+    cb.init_callback(model)  # type: ignore[arg-type]
+    cb.on_training_start({}, {})
+    for boundary in (1064, 1128, 1350, 1400, 1600):  # rollout starts (global steps)
+        model.num_timesteps = boundary
+        cb.on_rollout_start()
+    assert calls == [1000, 1128, 1350, 1400]  # due points 1100, 1200(->1350 jumps 1300), 1400; none at the task end
+    assert curve["steps"] == calls and curve["success"] == [0.5] * 4

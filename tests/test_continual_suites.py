@@ -1,0 +1,193 @@
+"""Suites, env factories and wrappers of rl_moe.continual (real MetaWorld, fake HumanoidBench)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from rl_moe.continual.envs import EnvFactory, resolve_vec_env_type, task_factories
+from rl_moe.continual.errors import MissingDependencyError, UsageError
+from rl_moe.continual.suites import builtin_suites, load_suite
+from rl_moe.continual.wrappers import InfoSuccess, PermuteObsFlipAction, ReturnSuccess
+
+REPO = Path(__file__).resolve().parents[1]
+CW10 = ["hammer", "push-wall", "faucet-close", "push-back", "stick-pull", "handle-press-side", "push", "shelf-place", "window-close", "peg-unplug-side"]
+
+
+def test_builtin_suites_and_protocol_facts() -> None:
+    assert set(builtin_suites()) >= {"cw10", "cw20", "hb5", "smoke"}
+    cw10, cw20, hb5 = load_suite("cw10"), load_suite("cw20"), load_suite("hb5")
+    assert list(cw10.task_names) == [f"{t}-v3" for t in CW10]
+    assert cw20.task_names == cw10.task_names * 2
+    assert (cw10.steps_per_task, cw10.episode_length, cw10.success_type) == (1_000_000, 200, "info")
+    assert hb5.task_names == ("h1-stand-v0", "h1-walk-v0", "h1-pole-v0", "h1-slide-v0", "h1-run-v0")
+    assert [t.success_bar for t in hb5.tasks] == [800.0, 700.0, 700.0, 700.0, 700.0]
+    assert (hb5.steps_per_task, hb5.episode_length) == (10_000_000, 1000)
+    for name in builtin_suites():
+        suite = load_suite(name)
+        assert suite.probe_task.name not in suite.task_names
+
+
+def test_envs_folder_mirrors_packaged_suites() -> None:
+    packaged = REPO / "rl_moe" / "continual" / "suites"
+    for path in packaged.glob("*.json"):
+        assert json.loads((REPO / "envs" / path.name).read_text()) == json.loads(path.read_text()), path.name
+
+
+def test_user_suite_file_and_errors(tmp_path: Path) -> None:
+    data = json.loads((REPO / "envs" / "smoke.json").read_text())
+    data["name"], data["tasks"] = "mine", data["tasks"][:1]
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(data))
+    assert load_suite(str(path)).task_names == ("pendulum-0",)
+    with pytest.raises(UsageError, match="valid choices: cw10, cw20, hb5, smoke"):
+        load_suite("cw11")
+    del data["family"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match="'family'"):
+        load_suite(str(path))
+    data["family"], data["probe_task"] = "smoke", data["tasks"][0]
+    path.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match="outside the task sequence"):
+        load_suite(str(path))
+
+
+class _ScriptedEnv(gym.Env):
+    """Emits scripted rewards / success flags; terminated as numpy.bool_ like HumanoidBench."""
+
+    def __init__(self, rewards: list[float], flags: list[bool], obs_dim: int = 51, act_dim: int = 19) -> None:
+        self.rewards, self.flags = rewards, flags
+        self.observation_space = spaces.Box(-np.inf, np.inf, (obs_dim,), np.float64)
+        self.action_space = spaces.Box(-1, 1, (act_dim,), np.float32)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):  # type: ignore[override]
+        self.t = 0
+        return np.zeros(self.observation_space.shape), {}
+
+    def step(self, action):  # type: ignore[override]
+        r, flag = self.rewards[self.t], self.flags[self.t]
+        self.t += 1
+        done = np.bool_(self.t == len(self.rewards))
+        return np.full(self.observation_space.shape, self.t, float), r, done, np.bool_(False), {"success": flag}
+
+
+def test_info_success_is_any_step() -> None:
+    env = InfoSuccess(_ScriptedEnv([0.0] * 4, [False, True, False, False]))
+    env.reset()
+    verdicts = [env.step(np.zeros(19))[4]["is_success"] for _ in range(4)]
+    assert verdicts == [False, True, True, True]
+    env.reset()
+    assert env.step(np.zeros(19))[4]["is_success"] is False  # reset clears the flag
+
+
+def test_return_success_threshold_bool_terminated_and_shapes() -> None:
+    # HumanoidBench H1 shapes; stand needs return >= 800.
+    env = ReturnSuccess(_ScriptedEnv([300.0, 300.0, 199.0], [False] * 3), success_bar=800.0)
+    obs, _ = env.reset()
+    assert obs.shape == (51,) and env.action_space.shape == (19,)
+    out = [env.step(np.zeros(19)) for _ in range(3)]
+    assert [o[4]["is_success"] for o in out] == [False, False, False]  # 799 < 800
+    assert type(out[-1][2]) is bool and out[-1][2] is True
+    env = ReturnSuccess(_ScriptedEnv([300.0, 300.0, 200.0], [False] * 3), success_bar=800.0)
+    env.reset()
+    assert [env.step(np.zeros(19))[4]["is_success"] for _ in range(3)][-1] is True  # exactly 800
+
+
+def test_permute_flip_matches_transformed_base_env() -> None:
+    base = gym.make("Pendulum-v1", disable_env_checker=True)
+    wrapped = PermuteObsFlipAction(gym.make("Pendulum-v1", disable_env_checker=True), [2, 0, 1], -1.0)
+    o_base, _ = base.reset(seed=3)
+    o_wrap, _ = wrapped.reset(seed=3)
+    np.testing.assert_allclose(o_wrap, o_base[[2, 0, 1]])
+    for a in (0.5, -1.5, 2.0):
+        o_base, r_base, *_ = base.step(np.array([-a], np.float32))
+        o_wrap, r_wrap, *_ = wrapped.step(np.array([a], np.float32))
+        np.testing.assert_allclose(o_wrap, o_base[[2, 0, 1]])
+        assert r_wrap == pytest.approx(r_base)
+    other = PermuteObsFlipAction(gym.make("Pendulum-v1", disable_env_checker=True), [1, 2, 0], 1.0)
+    assert other.observation_space == wrapped.observation_space  # shared spaces across tasks
+
+
+def test_metaworld_factory_continual_world_protocol() -> None:
+    suite = load_suite("cw10")
+    env = EnvFactory(suite.family, suite.tasks[6], suite.episode_length, suite.success_type, seed=7)()  # push-v3
+    goals = []
+    for _ in range(3):
+        obs, _ = env.reset()
+        goals.append(obs[-3:].copy())
+    assert obs.shape == (39,) and env.action_space.shape == (4,)
+    assert not np.allclose(goals[0], goals[1]) and not np.allclose(goals[1], goals[2])  # fresh goal each reset
+    steps, done = 0, False
+    while not done:
+        _, _, terminated, truncated, info = env.step(env.action_space.sample())
+        steps += 1
+        done = terminated or truncated
+    assert steps == 200 and truncated and isinstance(info["is_success"], bool)
+    again = EnvFactory(suite.family, suite.tasks[6], suite.episode_length, suite.success_type, seed=7)()
+    np.testing.assert_allclose(again.reset()[0][-3:], goals[0])  # seeded: reproducible goals
+
+
+def test_vec_env_type_by_core_count() -> None:
+    assert resolve_vec_env_type("auto", 8, cpu_count=2) == "dummy"
+    assert resolve_vec_env_type("auto", 8, cpu_count=16) == "subproc"
+    assert resolve_vec_env_type("auto", 1, cpu_count=16) == "dummy"
+    assert resolve_vec_env_type("subproc", 8, cpu_count=2) == "subproc"
+    with pytest.raises(UsageError, match="valid choices: auto, dummy, subproc"):
+        resolve_vec_env_type("ray", 8)
+
+
+def test_smoke_factories_seed_envs_differently() -> None:
+    suite = load_suite("smoke")
+    f0, f1 = task_factories(suite, suite.tasks[0], 2, seed=11)
+    assert (f0.seed, f1.seed) == (11, 12)
+    assert not np.allclose(f0().reset()[0], f1().reset()[0])
+
+
+def test_jax_stub_installs_only_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rl_moe.continual import humanoidbench
+
+    if importlib.util.find_spec("jax") is not None:
+        pytest.skip("jax is installed; no stub needed")
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    monkeypatch.delitem(sys.modules, "jax.numpy", raising=False)
+    humanoidbench._install_jax_stub()
+    import jax.numpy as jnp  # type: ignore[import-not-found]
+
+    with pytest.raises(RuntimeError, match="stub"):
+        jnp.zeros(3)
+    for name in [m for m in sys.modules if m == "jax" or m.startswith("jax.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("humanoid_bench") is not None, reason="HumanoidBench is installed")
+def test_humanoidbench_missing_names_install_command() -> None:
+    suite = load_suite("hb5")
+    with pytest.raises(MissingDependencyError, match="pip install --no-deps git\\+https://github.com/carlosferrazza/humanoid-bench"):
+        EnvFactory(suite.family, suite.tasks[0], suite.episode_length, suite.success_type, seed=0)()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("humanoid_bench") is None, reason="HumanoidBench not installed")
+def test_humanoidbench_real_env() -> None:
+    suite = load_suite("hb5")
+    env = EnvFactory(suite.family, suite.tasks[1], suite.episode_length, suite.success_type, seed=0)()
+    obs, _ = env.reset()
+    assert obs.shape == (51,) and env.action_space.shape == (19,)
+    _, _, terminated, truncated, info = env.step(env.action_space.sample())
+    assert type(terminated) is bool and type(truncated) is bool and "is_success" in info
+
+
+def test_metaworld_factory_leaves_global_numpy_rng_alone() -> None:
+    suite = load_suite("cw10")
+    np.random.seed(123)
+    expected = np.random.rand(3)
+    np.random.seed(123)
+    EnvFactory(suite.family, suite.tasks[0], suite.episode_length, suite.success_type, seed=5)()
+    np.testing.assert_array_equal(np.random.rand(3), expected)

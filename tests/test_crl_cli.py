@@ -1,0 +1,264 @@
+"""End-to-end runs of ``python -m rl_moe.crl`` (tiny budgets): artifacts, CRL vs RL, resume, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+
+from rl_moe.continual import scheduler as sched_mod
+from rl_moe.continual.resolve import RunRequest, resolve
+from rl_moe.continual.scheduler import ContinualScheduler, checkpoint_path
+from rl_moe.crl import main
+
+TINY = ["--preset", "tiny", "--no-progress"]
+
+
+def _run_dir(out: Path) -> Path:
+    dirs = [p for p in out.glob("*/*") if p.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def _check_artifacts(run: Path, tasks: list[str], algo: str, method: str) -> dict:
+    assert run.name.startswith(f"{algo}-{method}-s0-")
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["algo"] == algo and cfg["method"] == method and cfg["net"]["hidden"] == [32, 32]
+    assert list((run / "tb").glob("events.out.tfevents.*"))
+    assert [p.name for p in sorted((run / "checkpoints").glob("*.zip"))] == [f"task_{i:02d}_{t}.zip" for i, t in enumerate(tasks)]
+    assert torch.load(run / "probe_states.pt").shape[0] == 32
+    res = json.loads((run / "results.json").read_text())
+    assert res["schema"] == 1 and res["complete"] and res["finished_tasks"] == len(tasks) and res["tasks"] == tasks
+    n = len(tasks)
+    assert len(res["success_matrix"]) == n and all(len(r) == n for r in res["success_matrix"])
+    assert all(v is not None and 0.0 <= v <= 1.0 for r in res["success_matrix"] for v in r)
+    assert res["own_success"] == [res["success_matrix"][i][i] for i in range(n)]
+    assert res["final_success"] == res["success_matrix"][-1]
+    for i, t in enumerate(tasks):
+        start, end = res["task_segments"][i]
+        steps = res["eval_curves"][t]["steps"]
+        assert steps[0] == start and steps[-1] == end >= start + res["steps_per_task"]
+    assert set(res["cl_metrics"]) == {"average_performance", "forgetting", "forward_transfer"}
+    return res
+
+
+@pytest.mark.parametrize("algo", ["ppo", "td3"])
+def test_smoke_end_to_end(tmp_path: Path, algo: str) -> None:
+    out = tmp_path / "runs"
+    rc = main(["--suite", "smoke", "--algo", algo, "--method", "sphere", "--tasks", "2", "--steps-per-task", "256", "--out", str(out), *TINY])
+    assert rc == 0
+    res = _check_artifacts(_run_dir(out), ["pendulum-0", "pendulum-1"], algo, "sphere")
+    assert res["cl_metrics"]["forward_transfer"] is None  # no reference given
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(_run_dir(out) / "tb"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"eval/success", "eval/return", "cl/success_after_task", "time/task_seconds"} <= tags
+    assert [e.step for e in acc.Scalars("cl/success_after_task")] == [0, 1]
+    assert max(e.step for e in acc.Scalars("eval/success")) >= 256  # global steps continue across tasks
+
+
+def test_cw10_two_real_metaworld_tasks(tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    rc = main(["--suite", "cw10", "--method", "topk", "--tasks", "2", "--steps-per-task", "128", "--out", str(out),
+               *TINY, "--set", "eval.n_episodes=1", "--set", "eval.matrix_episodes=1", "--set", "eval.n_envs=1"])  # fmt: skip
+    assert rc == 0
+    _check_artifacts(_run_dir(out), ["hammer-v3", "push-wall-v3"], "ppo", "topk")
+
+
+class _Snapshot(BaseCallback):
+    """Actor parameters and Adam step count at the start of every task."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.params: list[dict[str, torch.Tensor]] = []
+        self.adam_steps: list[int] = []
+
+    def _on_training_start(self) -> None:
+        self.params.append({k: v.detach().clone() for k, v in self.model.policy.state_dict().items()})
+        state = self.model.policy.optimizer.state_dict()["state"]
+        self.adam_steps.append(int(max((s["step"] for s in state.values()), default=0)))
+
+    def _on_step(self) -> bool:
+        return True
+
+
+def _snapshot_run(tmp_path: Path, protocol: str) -> tuple[_Snapshot, Path]:
+    cfg = resolve(RunRequest(suite="smoke", method="topk", protocol=protocol, tasks=2, steps_per_task=128, preset="tiny"))
+    run = tmp_path / protocol
+    run.mkdir()
+    snap = _Snapshot()
+    ContinualScheduler(cfg, run, progress=False, callbacks=[snap]).run()
+    return snap, run
+
+
+def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_crl_carries_parameters_and_optimizer_rl_reinitializes(tmp_path: Path) -> None:
+    from stable_baselines3 import PPO
+
+    crl, crl_dir = _snapshot_run(tmp_path, "crl")
+    after_task0 = PPO.load(checkpoint_path(crl_dir, 0, "pendulum-0"), device="cpu").policy.state_dict()
+    assert not _same(crl.params[0], after_task0)  # task 0 trained
+    assert _same(crl.params[1], after_task0)  # task 1 starts from task 0's final parameters
+    assert crl.adam_steps[0] == 0 and crl.adam_steps[1] > 0  # Adam moments kept
+
+    rl, rl_dir = _snapshot_run(tmp_path, "rl")
+    rl_after_task0 = PPO.load(checkpoint_path(rl_dir, 0, "pendulum-0"), device="cpu").policy.state_dict()
+    assert _same(rl.params[1], rl.params[0])  # fresh (same-seed) initialization
+    assert not _same(rl.params[1], rl_after_task0)
+    assert rl.adam_steps == [0, 0]
+
+
+def test_interrupt_then_resume_trains_each_task_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "runs"
+    argv = ["--suite", "smoke", "--method", "topk", "--tasks", "3", "--steps-per-task", "128", "--out", str(out), *TINY]
+    trained: list[int] = []
+    original = ContinualScheduler._train_task
+
+    def interrupting(self: ContinualScheduler, i: int, probe: object) -> None:
+        trained.append(i)
+        if i == 1 and len(trained) == 2:
+            raise KeyboardInterrupt  # Ctrl-C during task 2
+        original(self, i, probe)
+
+    monkeypatch.setattr(sched_mod.ContinualScheduler, "_train_task", interrupting)
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    run = _run_dir(out)
+    assert f"python -m rl_moe.crl --resume {run}" in err and "Traceback" not in err
+    partial = json.loads((run / "results.json").read_text())
+    assert partial["finished_tasks"] == 1 and not partial["complete"] and partial["final_success"] == [None] * 3
+    first_ckpt = checkpoint_path(run, 0, "pendulum-0").read_bytes()
+
+    assert main(["--resume", str(run), "--no-progress"]) == 0
+    assert trained == [0, 1, 1, 2]  # task 0 not retrained, none skipped
+    assert checkpoint_path(run, 0, "pendulum-0").read_bytes() == first_ckpt
+    res = json.loads((run / "results.json").read_text())
+    assert res["complete"] and res["finished_tasks"] == 3 and all(v is not None for v in res["final_success"])
+    assert [s[0] for s in res["task_segments"]] == [0, res["task_segments"][0][1], res["task_segments"][1][1]]
+    assert main(["--resume", str(run)]) == 0  # already complete: nothing to do
+
+
+def test_forward_transfer_with_rl_reference(tmp_path: Path) -> None:
+    base = ["--suite", "smoke", "--method", "topk", "--tasks", "2", "--steps-per-task", "128", *TINY]
+    assert main([*base, "--protocol", "rl", "--run-dir", str(tmp_path / "rl")]) == 0
+    assert main([*base, "--run-dir", str(tmp_path / "crl"), "--reference", str(tmp_path / "rl")]) == 0
+    crl = json.loads((tmp_path / "crl" / "results.json").read_text())
+    rl = json.loads((tmp_path / "rl" / "results.json").read_text())
+    # Success on this budget is 0, so both AUCs are 0 and the transfer is exactly 0.
+    assert rl["cl_metrics"]["forward_transfer"] is None
+    assert crl["cl_metrics"]["forward_transfer"] == pytest.approx(0.0)
+
+
+BAD_INPUTS = [
+    (["--suite", "cw11"], "valid choices: cw10, cw20, hb5, smoke"),
+    (["--algo", "sac"], "valid choices: ppo, td3"),
+    (["--method", "moe"], "valid choices: topk, dense_moe"),
+    (["--protocol", "joint"], "valid choices: crl, rl"),
+    (["--steps-per-task", "0"], "must be > 0"),
+    (["--steps-per-task", "-5"], "must be > 0"),
+    (["--tasks", "11"], "must be in 1..10"),
+    (["--tasks", "0"], "must be in 1..10"),
+    (["--experts", "4", "--top-k", "5"], "top_k must be in [1, n_experts=4]"),
+    (["--device", "tpu"], "valid choices: auto, cpu, cuda"),
+    (["--vec-env", "ray"], "valid choices: auto, dummy, subproc"),
+    (["--set", "ppo.n_stepz=3"], "valid fields of ppo"),
+    (["--set", "ppo.n_steps=-1"], "must be > 0"),
+    (["--preset", "huge"], "valid choices: tiny"),
+    (["--reference", "/nonexistent/run"], "not a run folder"),
+    (["--resume", "/nonexistent/run"], "no such run folder"),
+    (["--seed", "x"], "invalid int value"),
+    (["--threads", "0"], "must be >= 1"),
+]
+
+
+@pytest.mark.parametrize("argv,message", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_exits_2_with_choices_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture, argv: list[str], message: str) -> None:
+    out = tmp_path / "runs"
+    try:
+        rc = main(["--suite", "cw10", *argv, "--out", str(out)] if "--suite" not in argv else [*argv, "--out", str(out)])
+    except SystemExit as exc:  # argparse type errors
+        rc = exc.code
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_bad_regularizer_kwarg_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["--suite", "smoke", "--method", "sphere", "--set", "reg.sphere.not_a_kwarg=1", "--out", str(tmp_path / "r")]) == 2
+    assert "not_a_kwarg" in capsys.readouterr().err and not (tmp_path / "r").exists()
+
+
+def test_unknown_task_in_user_suite_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    data = json.loads((Path(__file__).resolve().parents[1] / "envs" / "cw10.json").read_text())
+    data["tasks"][1] = {"name": "push-wal-v3"}
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(data))
+    assert main(["--suite", str(path), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "'push-wal-v3'" in err and "push-wall-v3" in err and not (tmp_path / "r").exists()
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("humanoid_bench") is not None, reason="HumanoidBench installed")
+def test_hb5_without_humanoidbench_names_install_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["--suite", "hb5", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "HumanoidBench is not installed" in err and "pip install" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_real_sigint_exits_130_without_traceback(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rl_moe.crl", "--suite", "smoke", "--preset", "tiny", "--steps-per-task", "100000", "--out", str(out), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.time() + 60
+    while not list(out.glob("*/*/probe_states.pt")) and time.time() < deadline:  # training has begun
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "Resume with: python -m rl_moe.crl --resume" in err and "Traceback" not in err
+    res = json.loads(next(out.glob("*/*/results.json")).read_text())
+    assert res["finished_tasks"] == 0 and not res["complete"]
+
+
+def test_vecnormalize_statistics_carry_over_in_crl(tmp_path: Path) -> None:
+    import pickle
+
+    argv = ["--suite", "smoke", "--method", "topk", "--tasks", "2", "--steps-per-task", "128", *TINY,
+            "--set", "ppo.normalize_obs=true", "--set", "ppo.normalize_reward=true"]  # fmt: skip
+    counts = {}
+    for protocol in ("crl", "rl"):
+        run = tmp_path / protocol
+        assert main([*argv, "--protocol", protocol, "--run-dir", str(run)]) == 0
+        stats = [pickle.loads(checkpoint_path(run, i, f"pendulum-{i}").with_suffix(".vecnormalize.pkl").read_bytes()) for i in (0, 1)]
+        counts[protocol] = [s.obs_rms.count for s in stats]
+    # Each task adds 128 observations (+ resets); CRL accumulates, RL restarts.
+    assert counts["crl"][1] > counts["crl"][0] + 100
+    assert counts["rl"][1] == pytest.approx(counts["rl"][0], rel=0.05)
+
+    # Resume a CRL run after task 0: the statistics come back from checkpoint 0's .pkl.
+    run = tmp_path / "crl"
+    res = json.loads((run / "results.json").read_text())
+    res.update(finished_tasks=1, global_step=res["task_segments"][0][1], task_segments=res["task_segments"][:1], complete=False)
+    res["success_matrix"][1] = [None, None]
+    (run / "results.json").write_text(json.dumps(res))
+    assert main(["--resume", str(run), "--no-progress"]) == 0
+    resumed = pickle.loads(checkpoint_path(run, 1, "pendulum-1").with_suffix(".vecnormalize.pkl").read_bytes())
+    assert resumed.obs_rms.count == pytest.approx(counts["crl"][1])
