@@ -111,12 +111,10 @@ def prepare(args: argparse.Namespace) -> tuple[RunConfig, Path]:
 
 def _rollout_note(cfg: RunConfig) -> str:
     """PPO trains whole rollouts: say so when the step budget is not a multiple of one."""
-    if cfg.algo != "ppo":
-        return ""
-    rollout = cfg.ppo.n_envs * cfg.ppo.n_steps
-    actual = -(-cfg.steps_per_task // rollout) * rollout
+    actual = cfg.effective_steps_per_task
     if actual == cfg.steps_per_task:
         return ""
+    rollout = cfg.ppo.n_envs * cfg.ppo.n_steps
     return f"note: PPO collects {rollout:,}-step rollouts, so each task runs {actual:,} steps (asked: {cfg.steps_per_task:,})"
 
 

@@ -121,6 +121,14 @@ class RunConfig:
     def suite_name(self) -> str:
         return str(self.suite_data.get("name", self.suite))
 
+    @property
+    def effective_steps_per_task(self) -> int:
+        """Env steps a task really runs: PPO trains whole rollouts of n_envs * n_steps."""
+        if self.algo != "ppo":
+            return self.steps_per_task
+        rollout = self.ppo.n_envs * self.ppo.n_steps
+        return -(-self.steps_per_task // rollout) * rollout
+
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(dataclasses.asdict(self))
 
