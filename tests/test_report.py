@@ -343,3 +343,21 @@ def test_without_matplotlib_tables_still_written(runs_root: Path, tmp_path: Path
     md = files.markdown.read_text()
     assert files.figures == () and not list((tmp_path / "o").glob("*.png"))
     assert "Figures skipped: matplotlib is not installed" in md and "| reach | 0.75 ± 0.25 |" in md
+
+
+def test_auc_uses_the_segments_a_run_really_trained(runs_root: Path) -> None:
+    # PPO rounds a 100-step budget up to 200-step rollouts: the recorded segments win.
+    import dataclasses
+
+    ctx = contexts(load_runs([runs_root]))[0]
+    run, ref = ctx.runs["crl"]["sphere"][1], ctx.runs["rl"]["sphere"][1]
+    n = len(run.tasks)
+    seg = tuple((200 * i, 200 * (i + 1)) for i in range(n))
+    curves = {t: ((200.0 * i + 100, 200.0 * i + 200), (0.0, 1.0)) for i, t in enumerate(run.tasks)}
+    run = dataclasses.replace(run, segments=seg, eval_curves=curves)
+    ref = dataclasses.replace(ref, segments=seg, eval_curves={t: ((200.0 * i + 150, 200.0 * i + 200), (0.0, 0.5)) for i, t in enumerate(run.tasks)})
+    assert run.segment_length(0) == 200 and run.steps_per_task != 200
+    # run: 0 until step 100 of 200, then a ramp to 1 over the last 100: AUC = 50/200 = 0.25
+    # reference: 0 until 150, ramp to 0.5 by 200: AUC = 12.5/200 = 0.0625
+    got = run_cl_metrics(run, ref)
+    assert got.forward_transfer == pytest.approx((0.25 - 0.0625) / (1 - 0.0625))

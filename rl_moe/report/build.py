@@ -54,22 +54,23 @@ def _figures(ctx: Context, opts: ReportOptions, out: Path, scalars: dict[Path, d
     except ImportError:
         return [Paragraph(MISSING_MATPLOTLIB)]
     blocks: list[Block] = []
-    spt = ctx.steps_per_task
     for protocol, by_method in ctx.runs.items():
         methods = method_order(list(by_method), opts.baseline, opts.method)
+        first = next(iter(by_method.values()))[0]
+        bounds = [first.segment_start(i) for i in range(1, len(ctx.tasks))]
         name = slug("success", ctx.suite, ctx.algo, protocol) + ".png"
         if plot_success(ctx, protocol, methods, out / name):
             blocks.append(Image(name, f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: success per task (bars: own segment, mean ± std; black ticks: final checkpoint)"))
         curves = {m: [eval_curve(r) for r in by_method[m]] for m in methods}
         name = slug("eval", ctx.suite, ctx.algo, protocol) + ".png"
         title = f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: current-task success over training"
-        if plot_bands(curves, title, TAG_LABELS["eval/success"], out / name, len(ctx.tasks), spt):
+        if plot_bands(curves, title, TAG_LABELS["eval/success"], out / name, bounds):
             blocks.append(Image(name, title + " (mean ± std over seeds)"))
         for tag in opts.plasticity_tags:
             curves = {m: [scalars[r.path][tag] for r in by_method[m] if tag in scalars[r.path]] for m in methods}
             name = slug(tag.replace("/", "-"), ctx.suite, ctx.algo, protocol) + ".png"
             title = f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {tag}"
-            if plot_bands(curves, title, TAG_LABELS.get(tag, tag), out / name, len(ctx.tasks), spt):
+            if plot_bands(curves, title, TAG_LABELS.get(tag, tag), out / name, bounds):
                 blocks.append(Image(name, title + " over training (mean ± std over seeds; dashed lines: task boundaries)"))
     return blocks
 

@@ -82,6 +82,10 @@ class Run:
         """First global step of task ``i``'s training segment."""
         return self.segments[i][0] if i < len(self.segments) else i * self.steps_per_task
 
+    def segment_length(self, i: int) -> int:
+        """Env steps task ``i`` really trained (PPO rounds the budget up to whole rollouts)."""
+        return self.segments[i][1] - self.segments[i][0] if i < len(self.segments) else self.steps_per_task
+
 
 def _num(x: Any) -> float:
     return float("nan") if x is None else float(x)

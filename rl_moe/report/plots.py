@@ -25,9 +25,8 @@ def slug(*parts: str) -> str:
     return "_".join(re.sub(r"[^A-Za-z0-9._-]+", "-", p).strip("-") for p in parts)
 
 
-def _task_boundaries(ax: plt.Axes, n_tasks: int, steps_per_task: int, xmax: float) -> None:
-    for i in range(1, n_tasks):
-        x = i * steps_per_task
+def _task_boundaries(ax: plt.Axes, boundaries: Sequence[float], xmax: float) -> None:
+    for x in boundaries:
         if x < xmax:
             ax.axvline(x, color="0.8", lw=0.8, ls="--", zorder=0)
 
@@ -40,7 +39,7 @@ def _save(fig: plt.Figure, path: Path) -> Path:
 
 
 def plot_bands(
-    curves: dict[str, list[Curve]], title: str, ylabel: str, path: Path, n_tasks: int, steps_per_task: int
+    curves: dict[str, list[Curve]], title: str, ylabel: str, path: Path, boundaries: Sequence[float]
 ) -> Path | None:
     """One line per method with a mean ± std band over seeds; dashed lines mark task boundaries.
 
@@ -48,8 +47,7 @@ def plot_bands(
     :param title: figure title
     :param ylabel: y-axis label
     :param path: PNG to write
-    :param n_tasks: tasks in the suite
-    :param steps_per_task: env steps per task (boundary positions)
+    :param boundaries: global steps where a new task starts
     """
     bands = {m: seed_band(c) for m, c in curves.items()}
     bands = {m: b for m, b in bands.items() if b.n}
@@ -61,7 +59,7 @@ def plot_bands(
         (line,) = ax.plot(b.grid, b.mean, label=f"{m} (n={b.n})", lw=1.6)
         ax.fill_between(b.grid, b.mean - b.std, b.mean + b.std, color=line.get_color(), alpha=0.2, lw=0)
         xmax = max(xmax, float(b.grid[-1]))
-    _task_boundaries(ax, n_tasks, steps_per_task, xmax)
+    _task_boundaries(ax, boundaries, xmax)
     ax.set_xlabel("environment steps")
     ax.set_ylabel(ylabel)
     ax.set_title(title)

@@ -136,10 +136,14 @@ def run_cl_metrics(run: Run, reference: Run | None) -> CLMetrics:
     """
     auc = auc_ref = None
     if reference is not None:
-        spt = run.steps_per_task
-        auc = np.array([task_auc(*run.eval_curves.get(t, ((), ())), run.segment_start(i), spt) for i, t in enumerate(run.tasks)])
+        auc = np.array(
+            [task_auc(*run.eval_curves.get(t, ((), ())), run.segment_start(i), run.segment_length(i)) for i, t in enumerate(run.tasks)]
+        )
         auc_ref = np.array(
-            [task_auc(*reference.eval_curves.get(t, ((), ())), reference.segment_start(i), spt) for i, t in enumerate(run.tasks)]
+            [
+                task_auc(*reference.eval_curves.get(t, ((), ())), reference.segment_start(i), reference.segment_length(i))
+                for i, t in enumerate(run.tasks)
+            ]
         )
     metrics = cl_metrics(np.array(run.own), np.array(run.final), auc, auc_ref)
     stored = run.stored_cl.get("forward_transfer")
