@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from rl_moe.nn import NETWORK_KINDS, NetConfig, build_network
 from rl_moe.nn.experts import StackedExperts, segment_matmul

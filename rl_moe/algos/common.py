@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
+from rl_moe.regularizers.base import LossContext, Penalty, Regularizer, grads_norm
 
 
 class RegularizedMixin:
@@ -80,10 +80,10 @@ class RegularizedMixin:
             sel = [index[id(p)] for p in s.params if id(p) in index]
             pen = torch.autograd.grad(term.loss, params, retain_graph=True, allow_unused=True)
             if s.reference is reference:
-                ref_norm = _norm(ref_grads[i] for i in sel)
+                ref_norm = grads_norm(ref_grads[i] for i in sel)
             else:
-                ref_norm = _norm(torch.autograd.grad(s.reference, [params[i] for i in sel], retain_graph=True, allow_unused=True))
-            coef = float(s.rho * ref_norm / (_norm(pen[i] for i in sel) + s.eps))
+                ref_norm = grads_norm(torch.autograd.grad(s.reference, [params[i] for i in sel], retain_graph=True, allow_unused=True))
+            coef = float(s.rho * ref_norm / (grads_norm(pen[i] for i in sel) + s.eps))
             self._log_term(term, coef)
             for i, g in enumerate(pen):
                 if g is not None:
@@ -112,8 +112,3 @@ class RegularizedMixin:
         for reg in self.regularizers:
             for key, value in reg.logs().items():
                 logger.record(f"train/{key}", value)
-
-
-def _norm(grads: Iterable[Tensor | None]) -> Tensor:
-    sq = [g.pow(2).sum() for g in grads if g is not None]
-    return torch.sqrt(torch.stack(sq).sum()) if sq else torch.zeros(())

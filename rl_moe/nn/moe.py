@@ -10,7 +10,6 @@ import math
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rl_moe.nn.config import NetConfig

@@ -30,6 +30,20 @@ def net_configs(
     return actor, critic
 
 
+def pop_net_configs(
+    kwargs: dict[str, Any],
+    moe: str,
+    actor_moe: bool,
+    critic_moe: bool,
+    actor_cfg: NetConfig | dict[str, Any] | None,
+    critic_cfg: NetConfig | dict[str, Any] | None,
+) -> tuple[NetConfig, NetConfig]:
+    """Remove the flat :class:`NetConfig` fields from a policy's ``kwargs`` (the rest go to SB3)
+    and resolve them with :func:`net_configs`."""
+    arch = {k: kwargs.pop(k) for k in list(kwargs) if k in NetConfig.__dataclass_fields__}
+    return net_configs(moe, actor_moe, critic_moe, actor_cfg, critic_cfg, **arch)
+
+
 def _resolve(cfg: NetConfig | dict[str, Any] | None, base: NetConfig, is_moe: bool) -> NetConfig:
     if isinstance(cfg, NetConfig):
         return cfg

@@ -15,7 +15,7 @@ from stable_baselines3.common.type_aliases import Schedule
 from torch import Tensor, nn
 
 from rl_moe.nn import MoEOutput, NetConfig, build_network
-from rl_moe.policies.networks import net_configs
+from rl_moe.policies.networks import pop_net_configs
 
 
 def _action_out_dim(action_space: spaces.Space) -> int:
@@ -80,8 +80,7 @@ class MoEActorCriticPolicy(ActorCriticPolicy):
         ortho_init: bool = False,
         **kwargs: Any,
     ) -> None:
-        arch = {k: kwargs.pop(k) for k in list(kwargs) if k in NetConfig.__dataclass_fields__}
-        self.actor_cfg, self.critic_cfg = net_configs(moe, actor_moe, critic_moe, actor_cfg, critic_cfg, **arch)
+        self.actor_cfg, self.critic_cfg = pop_net_configs(kwargs, moe, actor_moe, critic_moe, actor_cfg, critic_cfg)
         # The networks carry their own init; SB3's ortho_init would overwrite the gate's gains.
         super().__init__(observation_space, action_space, lr_schedule, ortho_init=ortho_init, **kwargs)
 

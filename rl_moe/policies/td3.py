@@ -14,7 +14,7 @@ from stable_baselines3.td3.policies import TD3Policy
 from torch import Tensor, nn
 
 from rl_moe.nn import MoEOutput, NetConfig, build_network
-from rl_moe.policies.networks import net_configs
+from rl_moe.policies.networks import pop_net_configs
 
 
 class MoETD3Actor(BasePolicy):
@@ -114,8 +114,7 @@ class MoETD3Policy(TD3Policy):
         critic_cfg: NetConfig | dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        arch = {k: kwargs.pop(k) for k in list(kwargs) if k in NetConfig.__dataclass_fields__}
-        self.actor_cfg, self.critic_cfg = net_configs(moe, actor_moe, critic_moe, actor_cfg, critic_cfg, **arch)
+        self.actor_cfg, self.critic_cfg = pop_net_configs(kwargs, moe, actor_moe, critic_moe, actor_cfg, critic_cfg)
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
 
     def make_actor(self, features_extractor: BaseFeaturesExtractor | None = None) -> MoETD3Actor:

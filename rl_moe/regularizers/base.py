@@ -97,12 +97,16 @@ class Regularizer:
         return {}
 
 
+def grads_norm(grads: Iterable[Tensor | None]) -> Tensor:
+    """Joint L2 norm of a list of gradients (``None`` entries count as zero)."""
+    sq = [g.pow(2).sum() for g in grads if g is not None]
+    return torch.sqrt(torch.stack(sq).sum()) if sq else torch.zeros(())
+
+
 def grad_norm(loss: Tensor, params: Iterable[nn.Parameter]) -> Tensor:
     """L2 norm of d loss / d params, without touching ``.grad`` (graph retained)."""
     params = [p for p in params if p.requires_grad]
-    grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
-    sq = [g.pow(2).sum() for g in grads if g is not None]
-    return torch.sqrt(torch.stack(sq).sum()) if sq else loss.new_zeros(())
+    return grads_norm(torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True))
 
 
 def scaled_coef(term: Penalty) -> float:
