@@ -60,6 +60,8 @@ def test_smoke_end_to_end(tmp_path: Path, algo: str) -> None:
     assert {"eval/success", "eval/return", "cl/success_after_task", "time/task_seconds"} <= tags
     assert [e.step for e in acc.Scalars("cl/success_after_task")] == [0, 1]
     assert max(e.step for e in acc.Scalars("eval/success")) >= 256  # global steps continue across tasks
+    table = acc.Tensors("hyperparameters/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert f"|algo|{algo}|" in table and "|method|sphere|" in table and "|seed|0|" in table
 
 
 def test_cw10_two_real_metaworld_tasks(tmp_path: Path) -> None:

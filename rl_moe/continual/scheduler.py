@@ -110,6 +110,8 @@ class ContinualScheduler:
         if cfg.reference is not None:
             res.reference_aucs = reference_aucs(cfg.reference, list(cfg.tasks))
         self.logger = configure(str(self.run_dir / "tb"), ["tensorboard"])
+        if res.finished_tasks == 0:
+            _log_config_table(self.logger, cfg)
         try:
             for i in range(res.finished_tasks, len(self.tasks)):
                 self._train_task(i, probe_states)
@@ -248,3 +250,23 @@ class ContinualScheduler:
 
         with open(path, "rb") as fh:
             return pickle.load(fh)
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: data}
+
+
+def _log_config_table(logger: Logger, cfg: RunConfig) -> None:
+    """The run's settings as a Markdown table in TensorBoard's text tab (CleanRL-style)."""
+    rows = _flatten({k: v for k, v in cfg.to_dict().items() if k != "suite_data"})
+    table = "|setting|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in sorted(rows.items()))
+    for fmt in logger.output_formats:
+        writer = getattr(fmt, "writer", None)
+        if writer is not None:
+            writer.add_text("hyperparameters", table, 0)
+            writer.flush()
