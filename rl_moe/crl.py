@@ -15,15 +15,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import NoReturn
 
-from rl_moe.continual.config import RunConfig
-from rl_moe.continual.errors import UsageError
-from rl_moe.continual.methods import METHODS
-from rl_moe.continual.resolve import ALGO_NAMES, DEVICES, RunRequest, resolve
-from rl_moe.continual.suites import builtin_suites
+
+def _quit_during_startup(signum: int, frame: object) -> None:
+    sys.stderr.write("\ninterrupted\n")
+    os._exit(130)
+
+
+if __name__ == "__main__":  # Ctrl-C while the heavy imports below load exits as cleanly as later
+    signal.signal(signal.SIGINT, _quit_during_startup)
+
+from rl_moe.continual.config import RunConfig  # noqa: E402
+from rl_moe.continual.errors import UsageError  # noqa: E402
+from rl_moe.continual.methods import METHODS  # noqa: E402
+from rl_moe.continual.resolve import ALGO_NAMES, DEVICES, RunRequest, resolve  # noqa: E402
+from rl_moe.continual.suites import builtin_suites  # noqa: E402
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -170,6 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _entry() -> int:
+    # Ctrl-C during start-up or shutdown (outside the training loop's handler) exits as cleanly.
+    try:
+        return main()
+    except KeyboardInterrupt:
+        sys.stderr.write("\ninterrupted\n")
+        return EXIT_INTERRUPTED
+
+
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
-    sys.exit(main())
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.exit(_entry())

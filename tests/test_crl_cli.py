@@ -234,7 +234,7 @@ def test_real_sigint_exits_130_without_traceback(tmp_path: Path) -> None:
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130
+    assert proc.returncode == 130, err
     assert "Resume with: python -m rl_moe.crl --resume" in err and "Traceback" not in err
     res = json.loads(next(out.glob("*/*/results.json")).read_text())
     assert res["finished_tasks"] == 0 and not res["complete"]
@@ -264,3 +264,20 @@ def test_vecnormalize_statistics_carry_over_in_crl(tmp_path: Path) -> None:
     assert main(["--resume", str(run), "--no-progress"]) == 0
     resumed = pickle.loads(checkpoint_path(run, 1, "pendulum-1").with_suffix(".vecnormalize.pkl").read_bytes())
     assert resumed.obs_rms.count == pytest.approx(counts["crl"][1])
+
+
+def test_sigint_during_startup_exits_130_without_traceback(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rl_moe.crl", "--suite", "smoke", "--preset", "tiny", "--out", str(tmp_path / "runs"), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(0.3)  # still importing torch and stable-baselines3
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
