@@ -33,6 +33,7 @@ from rl_moe.continual.config import RunConfig  # noqa: E402
 from rl_moe.continual.errors import UsageError  # noqa: E402
 from rl_moe.continual.methods import METHODS  # noqa: E402
 from rl_moe.continual.resolve import ALGO_NAMES, DEVICES, RunRequest, resolve  # noqa: E402
+from rl_moe.continual.results import Results, checkpoint_ok, checkpoint_path  # noqa: E402
 from rl_moe.continual.suites import builtin_suites  # noqa: E402
 
 EXIT_USAGE = 2
@@ -91,6 +92,24 @@ def _load_run(run_dir: Path) -> RunConfig:
         raise UsageError(f"cannot resume {str(run_dir)!r}: bad config.json ({exc})") from None
 
 
+def _check_resumable(run_dir: Path, cfg: RunConfig) -> None:
+    """A resumed run's results and finished-task checkpoints must be readable."""
+    path = run_dir / "results.json"
+    if not path.is_file():
+        return
+    try:
+        results = Results.from_dict(json.loads(path.read_text()))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"cannot resume {str(run_dir)!r}: corrupt results.json ({exc!r}); restore it or start a new run") from None
+    for i in range(min(results.finished_tasks, len(cfg.tasks))):
+        ckpt = checkpoint_path(run_dir, i, cfg.tasks[i])
+        if not checkpoint_ok(ckpt):
+            raise UsageError(
+                f"cannot resume {str(run_dir)!r}: checkpoint {str(ckpt)!r} of finished task {i} is missing or corrupt "
+                "(not a readable SB3 .zip); restore it or start a new run"
+            )
+
+
 def _new_run_dir(cfg: RunConfig, out: str) -> Path:
     base = Path(out) / cfg.suite_name / f"{cfg.algo}-{cfg.method}-s{cfg.seed}-{cfg.created}"
     path, n = base, 1
@@ -108,7 +127,9 @@ def prepare(args: argparse.Namespace) -> tuple[RunConfig, Path]:
         run_dir = Path(resume_dir)
         if not run_dir.is_dir():
             raise UsageError(f"cannot resume {resume_dir!r}: no such run folder")
-        return _load_run(run_dir), run_dir
+        cfg = _load_run(run_dir)
+        _check_resumable(run_dir, cfg)
+        return cfg, run_dir
     req = RunRequest(
         suite=args.suite, algo=args.algo, method=args.method, protocol=args.protocol, seed=args.seed,
         steps_per_task=args.steps_per_task, tasks=args.tasks, device=args.device, vec_env=args.vec_env,

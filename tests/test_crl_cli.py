@@ -281,3 +281,28 @@ def test_sigint_during_startup_exits_130_without_traceback(tmp_path: Path) -> No
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("damage", ["checkpoint_garbage", "checkpoint_truncated", "checkpoint_missing", "results_json"])
+def test_resume_with_corrupt_files_exits_2_and_changes_nothing(tmp_path: Path, capsys, damage: str) -> None:
+    run = tmp_path / "run"
+    assert main(["--suite", "smoke", "--method", "topk", "--tasks", "2", "--steps-per-task", "128", "--run-dir", str(run), *TINY]) == 0
+    results = json.loads((run / "results.json").read_text())
+    results.update(finished_tasks=1, complete=False)  # as if interrupted during task 2
+    (run / "results.json").write_text(json.dumps(results))
+    ckpt = checkpoint_path(run, 0, "pendulum-0")
+    if damage == "checkpoint_garbage":
+        ckpt.write_bytes(b"not a zip")
+    elif damage == "checkpoint_truncated":
+        ckpt.write_bytes(ckpt.read_bytes()[:-200])
+    elif damage == "checkpoint_missing":
+        ckpt.unlink()
+    else:
+        (run / "results.json").write_text("{truncated")
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert main(["--resume", str(run), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: cannot resume")
+    assert ("results.json" in err[0]) == (damage == "results_json")
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before

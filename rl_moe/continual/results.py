@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,22 @@ class Results:
 
     def save(self, path: str | Path) -> None:
         write_json_atomic(path, self.to_dict())
+
+
+def checkpoint_path(run_dir: Path, index: int, task: str) -> Path:
+    """``checkpoints/task_<idx:02d>_<task>.zip``: one SB3 checkpoint per finished task."""
+    return run_dir / "checkpoints" / f"task_{index:02d}_{task}.zip"
+
+
+def checkpoint_ok(path: Path) -> bool:
+    """An SB3 ``.zip`` whose members are intact (CRC-checked) and hold the policy weights."""
+    if not zipfile.is_zipfile(path):
+        return False
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return "data" in zf.namelist() and "policy.pth" in zf.namelist() and zf.testzip() is None
+    except (zipfile.BadZipFile, OSError, EOFError):
+        return False
 
 
 def reference_aucs(run_dir: str | Path, tasks: list[str]) -> list[float] | None:

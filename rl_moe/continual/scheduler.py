@@ -27,7 +27,7 @@ from rl_moe.continual.evaluation import EvalResult, PeriodicEval, evaluate
 from rl_moe.continual.probe import load_or_collect, make_probe_callback
 from rl_moe.continual.progress import ProgressLine
 from rl_moe.continual.resolve import suite_of
-from rl_moe.continual.results import Results, reference_aucs
+from rl_moe.continual.results import Results, checkpoint_path, reference_aucs
 
 # Seed offsets keep training, evaluation and probe envs on disjoint streams.
 _TRAIN_SEED, _EVAL_SEED, _PROBE_SEED = 0, 50_000, 99_000
@@ -38,11 +38,6 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
-
-
-def checkpoint_path(run_dir: Path, index: int, task: str) -> Path:
-    """``checkpoints/task_<idx:02d>_<task>.zip`` (team contract)."""
-    return run_dir / "checkpoints" / f"task_{index:02d}_{task}.zip"
 
 
 class ContinualScheduler:
