@@ -1,4 +1,4 @@
-"""``results.json`` (schema 1, see the team contract) and its atomic writer.
+"""``results.json`` (schema 1, documented in docs/continual.md) and its atomic writer.
 
 Beyond the schema's fields, ``task_segments`` holds each task's ``[start, end]`` global steps
 (needed to cut ``eval_curves`` when a suite repeats a task, as CW20 does) and ``global_step``.

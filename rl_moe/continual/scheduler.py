@@ -214,7 +214,7 @@ class ContinualScheduler:
         log.record("time/matrix_eval_seconds", eval_s)
         log.dump(end)
         log.record("cl/success_after_task", own.success)
-        log.dump(i)  # x axis = task index (team contract)
+        log.dump(i)  # x axis = task index (docs/metrics.md)
 
     def _finish(self) -> None:
         res, log = self.results, self.logger

@@ -1,4 +1,4 @@
-"""Finding and validating run folders (``results.json`` schema 1, see the team contract).
+"""Finding and validating run folders (``results.json`` schema 1, documented in docs/continual.md).
 
 A run folder holds ``results.json``, ``config.json`` and TensorBoard event files. Runs are grouped
 by (suite, algo, method, protocol); seeds of a group are what tables and bands aggregate over.

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 EVENT_GLOB = "events.out.tfevents.*"
-#: Core plasticity tags of the team contract, plotted by default.
+#: Core plasticity tags (docs/metrics.md), plotted by default.
 PLASTICITY_TAGS = (
     "plasticity/entk_rank",
     "plasticity/feature_rank",
