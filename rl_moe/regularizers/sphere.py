@@ -138,21 +138,18 @@ def feature_blocks(out: MoEOutput, layers: tuple[int, ...], weighted: bool) -> l
     return blocks
 
 
-def _coef_adaptive(rho: float, ref: Tensor, loss: Tensor, params: list, eps: float) -> float:
-    return grad_ratio_coef(rho, ref, loss, params, eps)
-
-
-def _coef_fixed(rho: float, ref: Tensor, loss: Tensor, params: list, eps: float) -> float:
+def _coef_fixed(rho: float, ref: Tensor, loss: Tensor, eps: float) -> float:
     return float(rho)
 
 
-def _coef_loss_ratio(rho: float, ref: Tensor, loss: Tensor, params: list, eps: float) -> float:
+def _coef_loss_ratio(rho: float, ref: Tensor, loss: Tensor, eps: float) -> float:
     return float(rho * ref.detach().abs() / (loss.detach() + eps))
 
 
-#: coef_mode -> coefficient rule (rho, reference loss, penalty, params, eps) -> lambda.
-COEF_RULES: dict[str, Callable[[float, Tensor, Tensor, list, float], float]] = {
-    "adaptive": _coef_adaptive,
+#: Coefficient rules computed from the losses alone: coef_mode -> (rho, reference, penalty, eps) -> lambda.
+#: ``adaptive`` needs gradient norms: per minibatch the learner resolves a :class:`GradScale`;
+#: with ``ratio_every > 1`` the ratio is computed directly and reused.
+LOSS_COEF_RULES: dict[str, Callable[[float, Tensor, Tensor, float], float]] = {
     "fixed": _coef_fixed,
     "loss_ratio": _coef_loss_ratio,
 }
@@ -202,13 +199,12 @@ class Sphere(Regularizer):
 
     def _coefficient(self, role: str, ctx: LossContext, ref: Tensor, loss: Tensor) -> float:
         cfg = self.config
-        if cfg.coef_mode == "adaptive" and cfg.ratio_every > 1:
+        if cfg.coef_mode == "adaptive":  # only reached with ratio_every > 1
             cached = self._ratios.get(role)
             if cached is None or self._calls % cfg.ratio_every == 0:
-                cached = self._ratios[role] = _coef_adaptive(1.0, ref, loss, role_parameters(ctx.algo.policy, role), cfg.eps)
+                cached = self._ratios[role] = grad_ratio_coef(1.0, ref, loss, role_parameters(ctx.algo.policy, role), cfg.eps)
             return cfg.rho * cached
-        params = role_parameters(ctx.algo.policy, role) if cfg.coef_mode == "adaptive" else []
-        return COEF_RULES[cfg.coef_mode](cfg.rho, ref, loss, params, cfg.eps)
+        return LOSS_COEF_RULES[cfg.coef_mode](cfg.rho, ref, loss, cfg.eps)
 
     def network_loss(self, out: MoEOutput, reference: Tensor | None = None) -> Tensor:
         """L_SPHERE of one network output (``reference`` is needed for the gradient Gram)."""
