@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 #: Network kinds understood by :func:`rl_moe.nn.build_network`.
@@ -75,14 +75,3 @@ class NetConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "NetConfig":
         return cls(**data)
-
-
-@dataclass(frozen=True)
-class _Defaults:
-    """Paper defaults (SPHERE appendix Table 2)."""
-
-    actor: NetConfig = field(default_factory=NetConfig)
-    critic: NetConfig = field(default_factory=lambda: NetConfig(kind="mlp"))
-
-
-PAPER_DEFAULTS = _Defaults()
