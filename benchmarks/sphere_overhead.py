@@ -1,13 +1,22 @@
-"""SPHERE's cost per PPO minibatch update, as ratios against the same update without it.
+"""SPHERE's cost per PPO update, as ratios against the same update without it, in one run.
 
-One PPO minibatch update (MoE actor E experts, K=2, 3x256, dense critic, batch 256, obs 39, act 4:
-the MetaWorld setting) is timed with and without the penalty on the same data, interleaved
-in a shuffled order every round; the figure is the median over rounds of the per-round ratio. With one torch thread all work runs on the calling thread, so its
-CPU time (``time.thread_time``) is measured: unlike wall time it does not count waiting for cores
-that other processes hold. Variants:
+Two measurements, each interleaving the variants in a shuffled order every round and reporting
+the median over rounds of the per-round ratio. With one torch thread all work runs on the calling
+thread, so its CPU time (``time.thread_time``) is measured: unlike wall time it does not count
+waiting for cores that other processes hold.
+
+1. **Learner update** (the figure the target refers to): ``MoEPPO.train()`` exactly as
+   ``python -m rl_moe.crl --suite cw10`` builds it (Top-K MoE actor, E experts of 3x256, K=2,
+   dense critic, batch 256), one epoch over a real CW10 rollout (hammer-v3, 8 envs x 256 steps =
+   8 minibatches); SB3's minibatch sampling, logging and clipping included.
+2. **Bare minibatch**: one forward, backward and optimizer step of the PPO loss on fixed data,
+   with two naive penalties for reference.
+
+Variants:
 
 - ``sphere (fixed lambda)``: the penalty alone (sample-space Gram, routed rows only);
-- ``sphere (adaptive lambda)``: the paper default, adds the two gradient norms of App. A.3;
+- ``sphere (adaptive lambda)``: the paper default (App. A.3): also the gradient norm of the
+  penalty over the actor, i.e. one more backward through the actor per minibatch;
 - ``sphere (adaptive, ratio_every=8)``: the gradient-norm ratio refreshed every 8 minibatches;
 - ``naive feature Gram``: A = Phi^T Phi / N on the dense Phi (m = E*256 >> N), for reference;
 - ``naive per-expert loop``: sample Gram with one autograd product per expert, for reference.
@@ -26,8 +35,12 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from gymnasium import spaces
+from stable_baselines3.common.logger import configure
 
 from rl_moe.algos.common import RegularizedMixin
+from rl_moe.continual.agents import begin_task, build_model
+from rl_moe.continual.envs import make_vec_env, task_factories
+from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 from rl_moe.policies import MoEActorCriticPolicy
 from rl_moe.regularizers import LossContext, Sphere
 from rl_moe.regularizers.gram import GramStats
@@ -119,6 +132,49 @@ def bench(n_experts: int, rounds: int, variants: list[str]) -> dict[str, float]:
     return {v: statistics.median(r) for v, r in ratios.items()}
 
 
+#: Learner variants: ``--set`` overrides of a CW10 run (``none`` is the Top-K method without SPHERE).
+LEARNER_VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "none": ("topk", ()),
+    "fixed": ("sphere", ("reg.sphere.coef_mode=fixed",)),
+    "adaptive": ("sphere", ()),
+    "adaptive8": ("sphere", ("reg.sphere.ratio_every=8",)),
+}
+
+
+def bench_learner(n_experts: int, rounds: int, n_envs: int = 8, n_steps: int = 256) -> dict[str, float]:
+    """Median over rounds of (``train()`` time with the variant / without SPHERE), one shared rollout."""
+    common = (f"net.n_experts={n_experts}", f"ppo.n_envs={n_envs}", f"ppo.n_steps={n_steps}", "ppo.n_epochs=1")
+    models = {}
+    for name, (method, extra) in LEARNER_VARIANTS.items():
+        cfg = resolve(RunRequest(suite="cw10", method=method, tasks=1, device="cpu", vec_env="dummy", overrides=(*common, *extra)))
+        suite = suite_of(cfg)
+        env = make_vec_env(task_factories(suite, suite.tasks[0], n_envs, 0), "dummy")
+        model = build_model(cfg, env, "cpu")
+        begin_task(model, cfg, 0, 0)
+        model.set_logger(configure(None, []))
+        models[name] = model
+    base = models["none"]
+    base.learn(n_envs * n_steps)  # one real rollout; every variant then trains on it
+    for model in models.values():
+        model.rollout_buffer = base.rollout_buffer
+        model.train()  # warm-up
+    rng = random.Random(0)
+    ratios: dict[str, list[float]] = {v: [] for v in models if v != "none"}
+    for _ in range(rounds):
+        order = list(models)
+        rng.shuffle(order)
+        took = {}
+        for v in order:
+            t0 = time.thread_time()
+            models[v].train()
+            took[v] = time.thread_time() - t0
+        for v in ratios:
+            ratios[v].append(took[v] / took["none"])
+    for model in models.values():
+        model.get_env().close()
+    return {v: statistics.median(r) for v, r in ratios.items()}
+
+
 LABELS = {
     "fixed": "sphere (fixed lambda)",
     "adaptive": "sphere (adaptive lambda, default)",
@@ -135,8 +191,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (CPU time is exact for 1)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"PPO minibatch update, batch {N}, MoE actor 3x256 K=2, dense critic, CPU, {args.threads} thread(s)")
-    print("ratio = thread CPU time with the variant / that of the same update without SPHERE (median over rounds)")
+    print(f"CPU, {args.threads} thread(s); ratio = thread CPU time with the variant / that of the same update")
+    print("without SPHERE (median over rounds)")
+    print("1. learner update: MoEPPO.train(), CW10 hammer-v3 rollout, 8 minibatches of 256, MoE actor 3x256 K=2")
+    for e in args.experts:
+        med = bench_learner(e, args.rounds if e <= 40 else max(6, args.rounds // 2))
+        print(f"E={e}:")
+        for v, ratio in med.items():
+            print(f"  {LABELS[v]:<40s} {ratio:.3f}x")
+    print(f"2. bare minibatch: forward, backward, optimizer step, batch {N}, MoE actor 3x256 K=2, dense critic")
     for e in args.experts:
         variants = ["fixed", "adaptive", "adaptive8", "loop"]
         med = bench(e, args.rounds if e <= 40 else max(6, args.rounds // 3), variants)

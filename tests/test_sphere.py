@@ -35,7 +35,12 @@ def _net(kind: str, in_dim: int = 6, out_dim: int = 3, hidden=(12, 10), n_expert
 
 @pytest.mark.parametrize("kind", NETWORK_KINDS)
 @pytest.mark.parametrize("weighted", [True, False])
-def test_sample_and_feature_space_agree_with_dense_phi(kind: str, weighted: bool) -> None:
+@pytest.mark.parametrize("loop_max", [0, 48], ids=["buckets", "per-expert"])
+def test_sample_and_feature_space_agree_with_dense_phi(
+    kind: str, weighted: bool, loop_max: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both sample-space paths (padded buckets, one matmul per expert) against the definition.
+    monkeypatch.setattr(gram_module, "_LOOP_MAX_EXPERTS", loop_max)
     torch.manual_seed(0)
     net = _net(kind).double()
     out = net(torch.randn(24, 6, dtype=torch.float64))
@@ -55,10 +60,12 @@ def test_sample_and_feature_space_agree_with_dense_phi(kind: str, weighted: bool
                 torch.testing.assert_close(g, r, rtol=1e-8, atol=1e-12)
 
 
-@pytest.mark.parametrize("bucket_cost", [0.0, 2.0e6])
-def test_sample_gram_handles_unbalanced_loads(bucket_cost: float, monkeypatch: pytest.MonkeyPatch) -> None:
-    # One expert takes almost every row: padded buckets (one, or one per load) must stay exact.
+@pytest.mark.parametrize(("bucket_cost", "loop_max"), [(0.0, 0), (2.0e6, 0), (0.0, 48)])
+def test_sample_gram_handles_unbalanced_loads(bucket_cost: float, loop_max: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One expert takes almost every row, one none: padded buckets (one, or one per load) and the
+    # per-expert path must stay exact, value and gradients.
     monkeypatch.setattr(gram_module, "_BUCKET_COST", bucket_cost)
+    monkeypatch.setattr(gram_module, "_LOOP_MAX_EXPERTS", loop_max)
     assert len(gram_module._buckets((50, 1, 0, 7, 6), 5)) == (4 if bucket_cost == 0 else 1)
     torch.manual_seed(1)
     n, h = 64, 5
@@ -66,11 +73,16 @@ def test_sample_gram_handles_unbalanced_loads(bucket_cost: float, monkeypatch: p
     expert_idx = torch.repeat_interleave(torch.arange(5), torch.tensor(counts))
     sample_idx = torch.cat([torch.randperm(n)[:c] for c in counts])
     d = Dispatch(sample_idx, expert_idx, torch.rand(len(sample_idx), dtype=torch.float64), counts, n)
-    feats = torch.randn(len(sample_idx), h, dtype=torch.float64)
-    block = FeatureBlock(d, feats, d.weight)
+    feats = torch.randn(len(sample_idx), h, dtype=torch.float64, requires_grad=True)
+    weight = d.weight.clone().requires_grad_()
+    block = FeatureBlock(d, feats, weight)
     phi = dense_phi([block])
     torch.testing.assert_close(sample_gram([block]), phi @ phi.t() / n)
-    torch.testing.assert_close(sphere_value(gram_stats([block], "sample")), brute(phi))
+    value, expected = sphere_value(gram_stats([block], "sample")), brute(phi)
+    torch.testing.assert_close(value, expected)
+    grads = torch.autograd.grad(value, (feats, weight), retain_graph=True)
+    for g, r in zip(grads, torch.autograd.grad(expected, (feats, weight))):
+        torch.testing.assert_close(g, r)
 
 
 def test_gradient_wrt_phi_matches_closed_form() -> None:

@@ -4,11 +4,14 @@ Phi (N, m) is the routing-weighted concatenation of expert features; with Top-K 
 has only K non-zero blocks. SPHERE needs only ||A||_F^2 and tr(A) of A = Phi^T Phi / N, which equal
 those of the sample Gram G = Phi Phi^T / N. G is built expert by expert over routed rows only:
 G_ij = sum_e h_ie h_je <feat_e(x_i), feat_e(x_j)>. The rows of an expert are a contiguous slice of
-the dispatch; experts of similar load are grouped into buckets, each bucket's rows are padded into
-a (B, C, H) block (one gather for all buckets), multiplied with one ``bmm`` per bucket and
-scattered into G with one ``scatter_add`` for all buckets. The routing weights multiply the (C, C)
-products rather than the (C, H) features, and the backward is written by hand (one bmm per bucket
-instead of two, gathers instead of scatters). The m x m feature Gram is used only when m <= N.
+the dispatch, so with few active experts each expert's (C, C) product is one matmul on its slice,
+scattered into G with one ``index_add`` (:class:`_LoopGram`). With many experts the per-call cost
+dominates: experts of similar load are grouped into buckets, each bucket's rows are padded into a
+(B, C, H) block (one gather for all buckets), multiplied with one ``bmm`` per bucket and scattered
+into G with one ``scatter_add`` for all buckets; there the routing weights multiply the (C, C)
+products rather than the (C, H) features (:class:`_SampleGram`). Both backward passes are written
+by hand (one matmul per expert or bucket instead of two). The m x m feature Gram is used only when
+m <= N.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ GRAM_SPACES: tuple[str, ...] = ("auto", "sample", "feature")
 #: Fixed cost of one more bucket (two bmm calls), in multiply-adds; tuned on CPU at E=10 and E=160.
 _BUCKET_COST = 0.5e6
 _MAX_LEVELS = 48
+#: Up to this many active experts one matmul per expert beats padded buckets (CPU, N=256: 1.3x
+#: faster at E=10, even at E=64; buckets are 1.6x faster at E=160).
+_LOOP_MAX_EXPERTS = 48
 
 
 class FeatureBlock(NamedTuple):
@@ -196,6 +202,71 @@ def _outer(plan: _Plan, sp: Tensor) -> Tensor:
     return out
 
 
+class _Slices(NamedTuple):
+    """Per active expert: its rows ``[row0, row0 + count)`` and its count^2 products
+    ``[prod_off[k], prod_off[k+1])``; product p lands in the flattened G at ``flat[p]``."""
+
+    rows: tuple[tuple[int, int], ...]  # (row0, count) per active expert
+    prod_off: tuple[int, ...]
+    flat: Tensor  # (P,) long
+
+
+def _slices(d: Dispatch) -> _Slices:
+    """Index plan of one sparse expert stack for :class:`_LoopGram` (numpy, no autograd)."""
+    counts = np.asarray(d.counts, dtype=np.int64)  # (E,)
+    starts = np.cumsum(counts) - counts
+    active = np.flatnonzero(counts)
+    sample = d.sample_idx.detach().cpu().numpy()  # (R,)
+    prod_off = np.cumsum([0, *(counts[active] ** 2)])
+    flat = np.empty(prod_off[-1], dtype=np.int64)
+    n = d.n_samples
+    for k, e in enumerate(active):
+        s = sample[starts[e] : starts[e] + counts[e]]
+        flat[prod_off[k] : prod_off[k + 1]] = (s[:, None] * n + s[None, :]).ravel()
+    rows = tuple((int(starts[e]), int(counts[e])) for e in active)
+    return _Slices(rows, tuple(int(o) for o in prod_off), torch.from_numpy(flat).to(d.sample_idx.device))
+
+
+class _LoopGram(torch.autograd.Function):
+    """(||G||_F^2, tr G, G) of G = Phi Phi^T / N, one matmul per active expert, hand-written backward.
+
+    Forward: raw_e = Phi_e Phi_e^T on expert e's row slice, all written into one (P,) buffer and
+    added into G by one ``index_add``. The upstream gradient dL/dG = 2 g G + t I is symmetric, so
+    dPhi_e = 2 (dL/dG restricted to e) Phi_e is one matmul per expert written straight into its
+    rows (no scatter).
+    """
+
+    @staticmethod
+    def forward(ctx, n: int, sl: _Slices, phi: Tensor):  # type: ignore[override]
+        raw = phi.new_empty(sl.prod_off[-1])  # (P,)
+        for (r0, c), p0 in zip(sl.rows, sl.prod_off):
+            rows = phi[r0 : r0 + c]  # (C, H), a view
+            torch.mm(rows, rows.t(), out=raw[p0 : p0 + c * c].view(c, c))
+        gram = phi.new_zeros(n * n).index_add_(0, sl.flat, raw).view(n, n).div_(n)
+        ctx.n, ctx.sl = n, sl
+        ctx.save_for_backward(phi, gram)
+        ctx.mark_non_differentiable(gram)
+        return gram.pow(2).sum(), gram.diagonal().sum(), gram
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g_fro2: Tensor, g_trace: Tensor, _g_gram: Tensor):  # type: ignore[override]
+        phi, gram = ctx.saved_tensors
+        n, sl = ctx.n, ctx.sl
+        d_gram = gram.flatten() * (4 * g_fro2 / n)  # 2 * dL/dG / N
+        d_gram[:: n + 1] += 2 * g_trace / n
+        d_prod = d_gram.index_select(0, sl.flat)  # (P,)
+        d_phi = torch.empty_like(phi)  # active experts' slices tile every row
+        for (r0, c), p0 in zip(sl.rows, sl.prod_off):
+            torch.mm(d_prod[p0 : p0 + c * c].view(c, c), phi[r0 : r0 + c], out=d_phi[r0 : r0 + c])
+        return None, None, d_phi
+
+
+def _loop_suits(d: Dispatch) -> bool:
+    """Sparse routing with few active experts (a full dispatch has its own bucket path)."""
+    return sum(1 for c in d.counts if c) <= _LOOP_MAX_EXPERTS and not _is_full(d)
+
+
 class _SampleGram(torch.autograd.Function):
     """(||G||_F^2, tr G, G) of G = Phi Phi^T / N with a hand-written backward.
 
@@ -263,6 +334,8 @@ class _SampleGram(torch.autograd.Function):
 def sample_gram_stats(blocks: Sequence[FeatureBlock]) -> tuple[Tensor, Tensor, Tensor]:
     """(||G||_F^2, tr G, G detached) of G = Phi Phi^T / N from routed rows only."""
     n = blocks[0].dispatch.n_samples
+    if len(blocks) == 1 and _loop_suits(blocks[0].dispatch):
+        return _LoopGram.apply(n, _slices(blocks[0].dispatch), blocks[0].scaled())
     plans = [_plan(b.dispatch, b.feats.shape[1]) for b in blocks]
     tensors: list[Tensor | None] = []
     for b in blocks:
