@@ -33,7 +33,13 @@ from rl_moe.continual.config import RunConfig  # noqa: E402
 from rl_moe.continual.errors import UsageError  # noqa: E402
 from rl_moe.continual.methods import METHODS  # noqa: E402
 from rl_moe.continual.resolve import ALGO_NAMES, DEVICES, RunRequest, resolve  # noqa: E402
-from rl_moe.continual.results import Results, checkpoint_ok, checkpoint_path  # noqa: E402
+from rl_moe.continual.results import (  # noqa: E402
+    Results,
+    checkpoint_ok,
+    checkpoint_path,
+    load_regularizer_state,
+    regularizer_state_path,
+)
 from rl_moe.continual.suites import builtin_suites  # noqa: E402
 
 EXIT_USAGE = 2
@@ -108,6 +114,10 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> None:
                 f"cannot resume {str(run_dir)!r}: checkpoint {str(ckpt)!r} of finished task {i} is missing or corrupt "
                 "(not a readable SB3 .zip); restore it or start a new run"
             )
+        try:
+            load_regularizer_state(regularizer_state_path(ckpt))
+        except ValueError as exc:
+            raise UsageError(f"cannot resume {str(run_dir)!r}: {exc}; restore it or start a new run") from None
 
 
 def _new_run_dir(cfg: RunConfig, out: str) -> Path:

@@ -11,6 +11,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from rl_moe.continual import scheduler as sched_mod
 from rl_moe.continual.resolve import RunRequest, resolve
+from rl_moe.continual.results import load_regularizer_state, regularizer_state_path
 from rl_moe.continual.scheduler import ContinualScheduler, checkpoint_path
 from rl_moe.crl import main
 
@@ -148,6 +149,44 @@ def test_interrupt_then_resume_trains_each_task_once(tmp_path: Path, monkeypatch
     assert main(["--resume", str(run)]) == 0  # already complete: nothing to do
 
 
+def test_resume_continues_the_regularizers_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # CBP's utilities and ages and ReDo's step counter live outside the SB3 checkpoint.
+    run = tmp_path / "run"
+    argv = ["--suite", "smoke", "--method", "cbp", "--tasks", "2", "--steps-per-task", "128", "--run-dir", str(run), *TINY]
+    original = ContinualScheduler._train_task
+
+    def stop_at_task_2(self: ContinualScheduler, i: int, probe: object) -> None:
+        if i == 1:
+            raise KeyboardInterrupt
+        original(self, i, probe)
+
+    monkeypatch.setattr(sched_mod.ContinualScheduler, "_train_task", stop_at_task_2)
+    assert main(argv) == 130
+    saved = load_regularizer_state(regularizer_state_path(checkpoint_path(run, 0, "pendulum-0")))
+    assert saved is not None and saved["0:cbp"]["layers"], saved
+    ages = [layer["age"] for layer in saved["0:cbp"]["layers"].values()]
+    assert all(int(a.max()) > 0 for a in ages)
+
+    loaded: list[dict] = []
+    monkeypatch.setattr(sched_mod.ContinualScheduler, "_train_task", original)
+    monkeypatch.setattr(sched_mod.ContinualScheduler, "_prepare_model", _spy_prepare(loaded))
+    assert main(["--resume", str(run), "--no-progress"]) == 0
+    state = loaded[0]["0:cbp"]  # right after the resumed model was built and loaded
+    assert state["n_replaced"] == saved["0:cbp"]["n_replaced"]
+    for key, layer in saved["0:cbp"]["layers"].items():
+        assert torch.equal(state["layers"][key]["age"], layer["age"]) and torch.equal(state["layers"][key]["util"], layer["util"])
+
+
+def _spy_prepare(log: list[dict]):
+    original = ContinualScheduler._prepare_model
+
+    def prepare(self: ContinualScheduler, i: int, env: object) -> None:
+        original(self, i, env)  # type: ignore[arg-type]
+        log.append(self.model.regularizer_state())  # type: ignore[union-attr]
+
+    return prepare
+
+
 def test_forward_transfer_with_rl_reference(tmp_path: Path) -> None:
     base = ["--suite", "smoke", "--method", "topk", "--tasks", "2", "--steps-per-task", "128", *TINY]
     assert main([*base, "--protocol", "rl", "--run-dir", str(tmp_path / "rl")]) == 0
@@ -283,7 +322,9 @@ def test_sigint_during_startup_exits_130_without_traceback(tmp_path: Path) -> No
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("damage", ["checkpoint_garbage", "checkpoint_truncated", "checkpoint_missing", "results_json"])
+@pytest.mark.parametrize(
+    "damage", ["checkpoint_garbage", "checkpoint_truncated", "checkpoint_missing", "results_json", "regularizer_state"]
+)
 def test_resume_with_corrupt_files_exits_2_and_changes_nothing(tmp_path: Path, capsys, damage: str) -> None:
     run = tmp_path / "run"
     assert main(["--suite", "smoke", "--method", "topk", "--tasks", "2", "--steps-per-task", "128", "--run-dir", str(run), *TINY]) == 0
@@ -297,6 +338,8 @@ def test_resume_with_corrupt_files_exits_2_and_changes_nothing(tmp_path: Path, c
         ckpt.write_bytes(ckpt.read_bytes()[:-200])
     elif damage == "checkpoint_missing":
         ckpt.unlink()
+    elif damage == "regularizer_state":
+        regularizer_state_path(ckpt).write_bytes(b"garbage")
     else:
         (run / "results.json").write_text("{truncated")
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
@@ -305,4 +348,5 @@ def test_resume_with_corrupt_files_exits_2_and_changes_nothing(tmp_path: Path, c
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: cannot resume")
     assert ("results.json" in err[0]) == (damage == "results_json")
+    assert ("regularizer state" in err[0]) == (damage == "regularizer_state")
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before

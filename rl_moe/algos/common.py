@@ -96,6 +96,27 @@ class RegularizedMixin:
                 p.grad = g if p.grad is None else p.grad + g
         return total
 
+    def _regularizer_keys(self) -> list[str]:
+        return [f"{i}:{reg.name}" for i, reg in enumerate(self.regularizers)]
+
+    def regularizer_state(self) -> dict[str, Any]:
+        """Every regularizer's internal state (CBP utilities, the C-CHAIN snapshot, counters),
+        keyed by position and name; saved next to each checkpoint so a resume continues exactly."""
+        policy: Any = self.policy  # type: ignore[attr-defined]
+        return {key: reg.state_dict(policy) for key, reg in zip(self._regularizer_keys(), self.regularizers)}
+
+    def load_regularizer_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`regularizer_state` into this learner's (freshly built) regularizers.
+
+        :raises ValueError: if ``state`` belongs to a different list of regularizers
+        """
+        keys = self._regularizer_keys()
+        if sorted(state) != sorted(keys):
+            raise ValueError(f"regularizer state holds {sorted(state)}, but this learner has {keys}")
+        policy: Any = self.policy  # type: ignore[attr-defined]
+        for key, reg in zip(keys, self.regularizers):
+            reg.load_state_dict(state[key], policy)
+
     def _after_update(self, phase: str) -> None:
         for reg in self.regularizers:
             reg.after_update(self, phase)  # type: ignore[arg-type]

@@ -135,6 +135,44 @@ def checkpoint_ok(path: Path) -> bool:
         return False
 
 
+def regularizer_state_path(checkpoint: Path) -> Path:
+    """``task_<idx:02d>_<task>.regularizers.pt`` beside a checkpoint: the regularizers' state."""
+    return checkpoint.with_suffix(".regularizers.pt")
+
+
+def save_regularizer_state(path: Path, state: dict[str, Any]) -> None:
+    """``torch.save`` to a temp file in the same folder, then ``os.replace`` it over ``path``."""
+    import torch
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load_regularizer_state(path: Path) -> dict[str, Any] | None:
+    """The saved regularizer state, or None when the file does not exist.
+
+    :raises ValueError: if the file is unreadable (truncated, or not a saved state dict)
+    """
+    import torch
+
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises several types for a damaged pickle/zip
+        raise ValueError(f"unreadable regularizer state {str(path)!r} ({type(exc).__name__})") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"unreadable regularizer state {str(path)!r} (not a dict)")
+    return state
+
+
 def reference_aucs(run_dir: str | Path, tasks: list[str]) -> list[float] | None:
     """Per-task AUCs of an RL-protocol reference run (same task order), or None if unusable."""
     data = json.loads((Path(run_dir) / "results.json").read_text())

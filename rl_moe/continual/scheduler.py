@@ -4,12 +4,14 @@ per task (RL), with evaluation, checkpoints, ``results.json`` and resume.
 CRL keeps the *whole* learner between tasks: parameters, the Adam state and the global step
 (the paper resumes "from the final parameters of the previous task"; keeping the optimizer's
 moments avoids a reset that would itself act as a plasticity intervention). TD3's replay buffer
-is emptied at each task boundary and is never checkpointed.
+is emptied at each task boundary and is never checkpointed. Beside each checkpoint the
+regularizers' internal state (``*.regularizers.pt``) is saved, so a resumed run continues them too.
 """
 
 from __future__ import annotations
 
 import copy
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,14 @@ from rl_moe.continual.evaluation import EvalResult, PeriodicEval, evaluate
 from rl_moe.continual.probe import load_or_collect, make_probe_callback
 from rl_moe.continual.progress import ProgressLine
 from rl_moe.continual.resolve import suite_of
-from rl_moe.continual.results import Results, checkpoint_path, reference_aucs
+from rl_moe.continual.results import (
+    Results,
+    checkpoint_path,
+    load_regularizer_state,
+    reference_aucs,
+    regularizer_state_path,
+    save_regularizer_state,
+)
 
 # Seed offsets keep training, evaluation and probe envs on disjoint streams.
 _TRAIN_SEED, _EVAL_SEED, _PROBE_SEED = 0, 50_000, 99_000
@@ -134,6 +143,7 @@ class ContinualScheduler:
             if self.cfg.protocol == "crl" and i > 0:  # resume: continue from the last finished task
                 prev = checkpoint_path(self.run_dir, i - 1, self.tasks[i - 1].name)
                 self.model.set_parameters(str(prev), exact_match=True, device=self.device)
+                self._load_regularizers(prev)
         else:
             assert self.model is not None
             self.model.set_env(env)
@@ -234,8 +244,21 @@ class ContinualScheduler:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Replay buffers are not part of SB3's .zip; nothing large is written.
         self.model.save(str(path))
+        state = getattr(self.model, "regularizer_state", None)
+        if callable(state):
+            save_regularizer_state(regularizer_state_path(path), state())
         if isinstance(self.env, VecNormalize):
             self.env.save(str(path.with_suffix(".vecnormalize.pkl")))
+
+    def _load_regularizers(self, checkpoint: Path) -> None:
+        """Continue the regularizers where the finished task left them (CBP utilities and ages,
+        the C-CHAIN snapshot, ReDo and SPHERE counters); runs without the file start them fresh."""
+        state = load_regularizer_state(regularizer_state_path(checkpoint))
+        load = getattr(self.model, "load_regularizer_state", None)
+        if state is None:
+            print(f"note: no regularizer state beside {checkpoint.name}; regularizers restart fresh", file=sys.stderr)
+        elif callable(load):
+            load(state)
 
     def _load_vecnormalize(self, i: int) -> VecNormalize | None:
         path = checkpoint_path(self.run_dir, i, self.tasks[i].name).with_suffix(".vecnormalize.pkl")

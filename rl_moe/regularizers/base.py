@@ -96,6 +96,18 @@ class Regularizer:
         """Extra scalars to log under ``train/`` (e.g. units reset so far)."""
         return {}
 
+    def state_dict(self, policy: nn.Module) -> dict[str, Any]:
+        """Internal state a resumed run needs to continue as if never stopped.
+
+        Only tensors, numbers, strings, lists and dicts, so that it loads with
+        ``torch.load(weights_only=True)``; modules and parameters are named by their path in
+        ``policy``, since ``id()`` does not survive a restart. Stateless regularizers return {}.
+        """
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any], policy: nn.Module) -> None:
+        """Restore the output of :meth:`state_dict` into this regularizer, built for ``policy``."""
+
 
 def grads_norm(grads: Iterable[Tensor | None]) -> Tensor:
     """Joint L2 norm of a list of gradients (``None`` entries count as zero)."""

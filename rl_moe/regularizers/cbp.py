@@ -23,7 +23,7 @@ from torch import Tensor
 
 from rl_moe.nn import StackedExperts
 from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import active_roles, check_target, expert_stacks, optimizers, role_outputs
+from rl_moe.regularizers.targets import active_roles, check_target, expert_stacks, module_names, optimizers, role_outputs
 from rl_moe.regularizers.units import layer_stats, reinit_units
 
 
@@ -38,6 +38,9 @@ class _LayerState:
         self.mean = torch.zeros(e, h, device=dev)
         self.age = torch.zeros(e, h, dtype=torch.long, device=dev)
         self.budget = torch.zeros(e, dtype=torch.float64, device=dev)
+
+    #: The tensors that make up the state, in :meth:`ContinualBackprop.state_dict` order.
+    FIELDS = ("util", "mean", "age", "budget")
 
 
 class ContinualBackprop(Regularizer):
@@ -130,3 +133,20 @@ class ContinualBackprop(Regularizer):
 
     def logs(self) -> dict[str, float]:
         return {"cbp_units_replaced": float(self.n_replaced)}
+
+    def state_dict(self, policy: Any) -> dict[str, Any]:
+        names = module_names(policy)
+        layers = {
+            f"{names[id(st.stack)]}/{st.layer}": {f: getattr(st, f).clone() for f in _LayerState.FIELDS}
+            for st in self._states.values()
+        }
+        return {"n_replaced": self.n_replaced, "layers": layers}
+
+    def load_state_dict(self, state: dict[str, Any], policy: Any) -> None:
+        modules = dict(policy.named_modules())
+        self.n_replaced = int(state["n_replaced"])
+        for key, saved in state["layers"].items():
+            name, layer = key.rsplit("/", 1)
+            st = self._state(modules[name], int(layer))
+            for f in _LayerState.FIELDS:
+                setattr(st, f, saved[f].to(getattr(st, f).device))

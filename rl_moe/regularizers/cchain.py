@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import active_roles, check_target, reference_loss, role_networks, role_outputs
+from rl_moe.regularizers.targets import active_roles, check_target, module_names, reference_loss, role_networks, role_outputs
 
 
 class _Snapshot:
@@ -123,3 +123,24 @@ class CChain(Regularizer):
         for role in active_roles(phase, self.roles):
             for snap in self._held.pop(role, []):
                 snap.commit()
+
+    def state_dict(self, policy: Any) -> dict[str, Any]:
+        names = module_names(policy)
+        snaps = {
+            names[id(s.net)]: {"ready": s.ready, "params": [p.detach().clone() for p in s.copy.parameters()]}
+            for s in self._snaps.values()
+        }
+        return {"snapshots": snaps, "pg": {r: list(v) for r, v in self._pg.items()}, "reg": {r: list(v) for r, v in self._reg.items()}}
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict[str, Any], policy: Any) -> None:
+        modules = dict(policy.named_modules())
+        for name, saved in state["snapshots"].items():
+            snap = self._snapshot(modules[name])
+            for dst, src in zip(snap.copy.parameters(), saved["params"], strict=True):
+                dst.copy_(src)
+            snap.ready, snap.pending = bool(saved["ready"]), None
+        for key, store in (("pg", self._pg), ("reg", self._reg)):
+            for role, values in state[key].items():
+                store[role].clear()
+                store[role].extend(float(v) for v in values)

@@ -80,3 +80,11 @@ class ReDo(Regularizer):
 
     def logs(self) -> dict[str, float]:
         return {"redo_units_reset": float(self.n_reset)}
+
+    def state_dict(self, policy: Any) -> dict[str, Any]:
+        # Activations kept for a pending check are dropped: checkpoints fall between updates.
+        return {"steps": dict(self._steps), "n_reset": self.n_reset}
+
+    def load_state_dict(self, state: dict[str, Any], policy: Any) -> None:
+        self._steps = {str(k): int(v) for k, v in state["steps"].items()}
+        self.n_reset = int(state["n_reset"])

@@ -10,11 +10,13 @@ Parseval (expert layers but heads, gate body layers; plain nets: every Linear bu
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import active_roles, check_target, role_hidden_weights
+from rl_moe.regularizers.targets import active_roles, check_target, parameter_names, role_hidden_weights
 
 
 class PowerIteration:
@@ -33,6 +35,16 @@ class PowerIteration:
             self.u = torch.nn.functional.normalize(torch.bmm(w, self.v[:, :, None])[..., 0], dim=1, eps=1e-12)
             self.v = torch.nn.functional.normalize(torch.bmm(w.transpose(1, 2), self.u[:, :, None])[..., 0], dim=1, eps=1e-12)
         self.steps = 1
+
+    def state(self) -> dict[str, Any]:
+        return {"u": self.u.clone(), "v": self.v.clone(), "steps": self.steps}
+
+    @classmethod
+    def restore(cls, state: dict[str, Any], like: Tensor) -> "PowerIteration":
+        """The iteration saved by :meth:`state`, on ``like``'s device and dtype."""
+        it = cls.__new__(cls)
+        it.u, it.v, it.steps = state["u"].to(like), state["v"].to(like), int(state["steps"])
+        return it
 
     def sigma(self, w: Tensor) -> Tensor:
         """(E,) differentiable top singular values."""
@@ -69,3 +81,12 @@ class SpectralReg(Regularizer):
                 loss = loss + spectral_loss(w, it)
             terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{role}", loss, self.coef))
         return terms
+
+    def state_dict(self, policy: Any) -> dict[str, Any]:
+        names = parameter_names(policy)
+        return {"iterations": {names[key]: it.state() for key, it in self._iters.items() if key in names}}
+
+    def load_state_dict(self, state: dict[str, Any], policy: Any) -> None:
+        params = dict(policy.named_parameters())
+        for name, saved in state["iterations"].items():
+            self._iters[id(params[name])] = PowerIteration.restore(saved, params[name])

@@ -258,3 +258,11 @@ class Sphere(Regularizer):
         """``sphere_feature_rank``: r_e(A_last) at the latest sampled call (loss and lambda are
         logged by the learner as ``train/loss_sphere`` and ``train/coef_sphere``)."""
         return dict(self._last)
+
+    def state_dict(self, policy: Any) -> dict[str, Any]:
+        # The call count drives rank_every and ratio_every; the ratios are reused in between.
+        return {"calls": self._calls, "ratios": dict(self._ratios)}
+
+    def load_state_dict(self, state: dict[str, Any], policy: Any) -> None:
+        self._calls = int(state["calls"])
+        self._ratios = {str(k): float(v) for k, v in state["ratios"].items()}

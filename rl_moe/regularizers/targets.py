@@ -161,3 +161,13 @@ def _get(obj: Any, path: str) -> Any:
         if obj is None:
             return None
     return obj
+
+
+def module_names(policy: nn.Module) -> dict[int, str]:
+    """id(module) -> its qualified name in ``policy`` (regularizer state is saved by name)."""
+    return {id(m): n for n, m in policy.named_modules()}
+
+
+def parameter_names(policy: nn.Module) -> dict[int, str]:
+    """id(parameter) -> its qualified name in ``policy``."""
+    return {id(p): n for n, p in policy.named_parameters()}
