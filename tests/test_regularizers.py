@@ -94,7 +94,7 @@ def test_cbp_replaces_expected_number_of_low_utility_units() -> None:
     policy = _policy(kind="dense_moe", hidden=(8,))  # every expert sees every row; one hidden layer
     _kill_units(policy, 0, [1, 5])
     algo = _algo(policy)
-    reg = ContinualBackprop(replacement_rate=1 / 16, maturity=0)
+    reg = ContinualBackprop(replacement_rate=1 / 16, maturity=0, gate=False)
     stack = policy.actor_net.experts
     x = torch.randn(32, 5)
     next_linear_mean = stack.weights[1].detach().clone()
@@ -132,7 +132,7 @@ def test_redo_resets_exactly_dormant_units_and_their_adam_state() -> None:
         expected.append(mean_abs / mean_abs.mean(1, keepdim=True) <= 0.025)
     assert expected[0][1, [0, 3, 4]].all()
     w_out = [stack.weights[l + 1].detach().clone() for l in range(2)]
-    reg = ReDo(frequency=1)
+    reg = ReDo(frequency=1, gate=False)
     reg.penalty(LossContext(algo, "ppo", None, actor_out=out, losses={}))
     reg.after_update(algo, "ppo")
     for layer in range(2):
@@ -144,6 +144,56 @@ def test_redo_resets_exactly_dormant_units_and_their_adam_state() -> None:
     state = policy.optimizer.state[stack.weights[1]]
     assert state["exp_avg"][1, [0, 3, 4], :].abs().sum() == 0
     assert state["exp_avg"][0].abs().sum() > 0
+
+
+def _gate_layers(policy):
+    gate = policy.actor_net.gate
+    return gate.body[0], gate.logits  # gate_hidden=(8,): Linear(5, 8), then the activation
+
+
+def test_redo_resets_dormant_gate_units_and_keeps_the_routing() -> None:
+    policy = _policy()
+    body, logits = _gate_layers(policy)
+    with torch.no_grad():
+        body.weight[[2, 6]] = 0.0
+        body.bias[[2, 6]] = -1.0  # ReLU(-1) = 0 on every state: dormant
+    algo = _algo(policy)
+    x = torch.randn(40, 5)
+    policy.optimizer.zero_grad()
+    policy.actor_net(x).out.sum().backward()
+    policy.optimizer.step()
+    out = policy.actor_net(x)
+    emb = out.gate_embedding.detach().abs().mean(0)
+    dormant = (emb / emb.mean() <= 0.025).nonzero().flatten().tolist()
+    assert 2 in dormant and 6 in dormant
+    keep = [i for i in range(8) if i not in dormant]
+    w_logits = logits.weight.detach().clone()
+    reg = ReDo(frequency=1)
+    reg.penalty(LossContext(algo, "ppo", None, actor_out=out, losses={}))
+    reg.after_update(algo, "ppo")
+    assert logits.weight[:, dormant].abs().sum() == 0 and torch.equal(logits.weight[:, keep], w_logits[:, keep])
+    assert body.weight[dormant].abs().sum(1).min() > 0 and body.bias[dormant].abs().sum() == 0  # fresh inputs
+    assert policy.optimizer.state[logits.weight]["exp_avg"][:, dormant].abs().sum() == 0
+    # Zero outgoing weights: the logits, hence the routing and the output, are unchanged.
+    torch.testing.assert_close(policy.actor_net(x).logits, out.logits)
+
+
+def test_cbp_replaces_gate_units_and_folds_their_mean_into_the_logit_bias() -> None:
+    policy = _policy()
+    body, logits = _gate_layers(policy)
+    with torch.no_grad():
+        body.weight[3] = 0.0
+        body.bias[3] = 0.5  # constant activation 0.5: its mean is exactly 0.5
+        logits.weight[:, 3] *= 1e-4  # lowest utility of the layer
+    algo = _algo(policy)
+    x = torch.randn(32, 5)
+    reg = ContinualBackprop(replacement_rate=1 / 8, maturity=0)  # budget 8 * 1/8 = 1 gate unit per step
+    out, _ = _step(reg, algo, x)
+    reg.after_update(algo, "ppo")
+    assert logits.weight[:, 3].abs().sum() == 0 and body.bias[3] == 0  # unit 3, and only it, replaced
+    assert (logits.weight.abs().sum(0) == 0).sum() == 1
+    # 0.5 * w_out was folded into the bias and unit 3 now contributes nothing: the same logits.
+    torch.testing.assert_close(policy.actor_net(x).logits, out.logits.detach(), rtol=1e-5, atol=1e-6)
 
 
 def test_spectral_norm_gives_unit_sigma_and_keeps_training() -> None:

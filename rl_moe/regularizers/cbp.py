@@ -9,9 +9,10 @@ activation times its old output weights is first folded into the next layer's bi
 network's output is kept on average. The Adam moments of the touched entries are zeroed.
 
 Choices: for MoE every expert is a separate layer (own budget, utilities over the rows routed to
-it; an expert with no rows this step keeps its running averages but still ages). Defaults are
-the paper's RL (PPO) settings: rate 1e-4, maturity 10000, eta 0.99. Expert hidden layers only;
-the gate is not reset.
+it; an expert with no rows this step keeps its running averages but still ages). The gate's last
+hidden layer (its embedding, feeding the logits) is one more layer over all states (``gate=True``;
+earlier gate layers are not tracked). Defaults are the paper's RL (PPO) settings: rate 1e-4,
+maturity 10000, eta 0.99.
 """
 
 from __future__ import annotations
@@ -21,26 +22,32 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rl_moe.nn import StackedExperts
 from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import active_roles, check_target, expert_stacks, module_names, optimizers, role_outputs
-from rl_moe.regularizers.units import layer_stats, reinit_units
+from rl_moe.regularizers.targets import active_roles, check_target, module_names, optimizers, role_outputs
+from rl_moe.regularizers.units import ExpertUnits, GateUnits, UnitLayer, unit_layers
+
+#: Tag of the gate layer in saved state (expert layers use their index).
+_GATE = "gate"
+
+
+def _key(units: UnitLayer) -> tuple[int, int | str]:
+    return (id(units.stack), units.layer) if isinstance(units, ExpertUnits) else (id(units.gate), _GATE)
 
 
 class _LayerState:
-    """Running utility, mean activation, age and replacement budget of one stacked hidden layer."""
+    """Running utility, mean activation, age and replacement budget of one hidden layer."""
 
-    def __init__(self, stack: StackedExperts, layer: int) -> None:
-        e, h = stack.n_experts, stack.hidden_dims[layer]
-        dev = stack.weights[layer].device
-        self.stack, self.layer = stack, layer
+    #: The tensors that make up the state, in :meth:`ContinualBackprop.state_dict` order.
+    FIELDS = ("util", "mean", "age", "budget")
+
+    def __init__(self, units: UnitLayer) -> None:
+        e, h = units.shape
+        dev = units.out_weights().device
+        self.units = units
         self.util = torch.zeros(e, h, device=dev)
         self.mean = torch.zeros(e, h, device=dev)
         self.age = torch.zeros(e, h, dtype=torch.long, device=dev)
         self.budget = torch.zeros(e, dtype=torch.float64, device=dev)
-
-    #: The tensors that make up the state, in :meth:`ContinualBackprop.state_dict` order.
-    FIELDS = ("util", "mean", "age", "budget")
 
 
 class ContinualBackprop(Regularizer):
@@ -50,27 +57,28 @@ class ContinualBackprop(Regularizer):
     :param maturity: steps a unit is protected after (re)initialisation (10000)
     :param decay: running-average decay eta (0.99)
     :param target: ``actor``, ``critic`` or ``both``
+    :param gate: also replace units of the gate's last hidden layer
     """
 
     name = "cbp"
 
     def __init__(
-        self, replacement_rate: float = 1e-4, maturity: int = 10000, decay: float = 0.99, target: str = "actor"
+        self, replacement_rate: float = 1e-4, maturity: int = 10000, decay: float = 0.99, target: str = "actor", gate: bool = True
     ) -> None:
         if not 0.0 <= replacement_rate <= 1.0:
             raise ValueError(f"replacement_rate must be in [0, 1], got {replacement_rate}")
         if not 0.0 < decay < 1.0:
             raise ValueError(f"decay must be in (0, 1), got {decay}")
-        self.rate, self.maturity, self.decay = replacement_rate, maturity, decay
+        self.rate, self.maturity, self.decay, self.gate = replacement_rate, maturity, decay, gate
         self.roles = check_target(target)
-        self._states: dict[tuple[int, int], _LayerState] = {}
+        self._states: dict[tuple[int, int | str], _LayerState] = {}
         self._touched: dict[str, list[_LayerState]] = {}
         self.n_replaced = 0
 
-    def _state(self, stack: StackedExperts, layer: int) -> _LayerState:
-        key = (id(stack), layer)
+    def _state(self, units: UnitLayer) -> _LayerState:
+        key = _key(units)
         if key not in self._states:
-            self._states[key] = _LayerState(stack, layer)
+            self._states[key] = _LayerState(units)
         return self._states[key]
 
     @torch.no_grad()
@@ -78,18 +86,16 @@ class ContinualBackprop(Regularizer):
         for role in active_roles(ctx.phase, self.roles):
             touched = []
             for net, out in role_outputs(ctx, role):
-                for stack, group in zip(expert_stacks(net), out.groups):
-                    for layer in range(len(group.expert.hidden)):
-                        st = self._state(stack, layer)
-                        self.update_utility(st, *layer_stats(group.dispatch, group.expert, layer))
-                        touched.append(st)
+                for units, stats in unit_layers(net, out, self.gate):
+                    st = self._state(units)
+                    self.update_utility(st, *stats)
+                    touched.append(st)
             self._touched[role] = touched
         return []
 
     def update_utility(self, st: _LayerState, mean_abs: Tensor, mean: Tensor, rows: Tensor) -> None:
-        """One running-average step for experts that received rows; every unit ages."""
-        w_out = st.stack.weights[st.layer + 1].detach()  # (E, H, out)
-        new_util = mean_abs * w_out.abs().mean(dim=2)  # (E, H)
+        """One running-average step for groups (experts) that received rows; every unit ages."""
+        new_util = mean_abs * st.units.out_weights().detach().abs().mean(dim=2)  # (E, H)
         seen = (rows > 0)[:, None]  # (E, 1)
         d = self.decay
         st.util = torch.where(seen, d * st.util + (1 - d) * new_util, st.util)
@@ -116,20 +122,15 @@ class ContinualBackprop(Regularizer):
             corr = 1 - self.decay ** st.age[e].double()  # (H,) bias correction
             util = torch.where(mature[e], st.util[e].double() / corr, torch.full_like(corr, float("inf")))
             units = torch.topk(util, int(n_new[e]), largest=False).indices
-            self._fold_mean(st, e, units, corr[units])
-            reinit_units(st.stack, st.layer, e, units, opts)
+            # The next layer (or head, or logits) sees h_i w_out[i] on average; move that into its bias.
+            mean = (st.mean[e, units].double() / corr[units]).to(st.mean.dtype)
+            st.units.add_to_next_bias(e, units, mean)
+            st.units.reinit(e, units, opts)
             st.util[e, units] = 0.0
             st.mean[e, units] = 0.0
             st.age[e, units] = 0
             count += units.numel()
         return count
-
-    @staticmethod
-    def _fold_mean(st: _LayerState, e: int, units: Tensor, corr: Tensor) -> None:
-        # The next layer (or head) sees h_i W_out[i] on average; move that into its bias.
-        w_out = st.stack.weights[st.layer + 1]  # (E, H, out)
-        mean = (st.mean[e, units].double() / corr).to(w_out.dtype)  # (k,)
-        st.stack.biases[st.layer + 1][e] += (mean[:, None] * w_out[e][units, :]).sum(dim=0)
 
     def logs(self) -> dict[str, float]:
         return {"cbp_units_replaced": float(self.n_replaced)}
@@ -137,8 +138,8 @@ class ContinualBackprop(Regularizer):
     def state_dict(self, policy: Any) -> dict[str, Any]:
         names = module_names(policy)
         layers = {
-            f"{names[id(st.stack)]}/{st.layer}": {f: getattr(st, f).clone() for f in _LayerState.FIELDS}
-            for st in self._states.values()
+            f"{names[key[0]]}/{key[1]}": {f: getattr(st, f).clone() for f in _LayerState.FIELDS}
+            for key, st in self._states.items()
         }
         return {"n_replaced": self.n_replaced, "layers": layers}
 
@@ -146,7 +147,8 @@ class ContinualBackprop(Regularizer):
         modules = dict(policy.named_modules())
         self.n_replaced = int(state["n_replaced"])
         for key, saved in state["layers"].items():
-            name, layer = key.rsplit("/", 1)
-            st = self._state(modules[name], int(layer))
+            name, tag = key.rsplit("/", 1)
+            module = modules[name]
+            st = self._state(GateUnits(module) if tag == _GATE else ExpertUnits(module, int(tag)))
             for f in _LayerState.FIELDS:
                 setattr(st, f, saved[f].to(getattr(st, f).device))

@@ -8,7 +8,8 @@ and the Adam moments of those entries are zeroed.
 Choices: scores use the latest training minibatch; for MoE each expert is its own layer (its
 mean over j runs over that expert's units, the expectation over the rows routed to it), and an
 expert that received no rows in that minibatch is left alone. Resets act on expert hidden layers
-(every rl_moe network, the dense MLP included); the gate is not reset.
+(every rl_moe network, the dense MLP included) and, with ``gate=True``, on the gate's last hidden
+layer (its embedding, scored over all states; earlier gate layers are not checked).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import torch
 from torch import Tensor
 
 from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import active_roles, check_target, expert_stacks, optimizers, role_outputs
-from rl_moe.regularizers.units import layer_stats, reinit_units
+from rl_moe.regularizers.targets import active_roles, check_target, optimizers, role_outputs
+from rl_moe.regularizers.units import UnitLayer, unit_layers
 
 
 def dormant_units(mean_abs: Tensor, tau: float) -> Tensor:
@@ -36,17 +37,18 @@ class ReDo(Regularizer):
     :param tau: dormancy threshold (0.025 in the paper's default setting)
     :param frequency: gradient steps between checks (1000)
     :param target: ``actor``, ``critic`` or ``both``
+    :param gate: also recycle dormant units of the gate's last hidden layer
     """
 
     name = "redo"
 
-    def __init__(self, tau: float = 0.025, frequency: int = 1000, target: str = "actor") -> None:
+    def __init__(self, tau: float = 0.025, frequency: int = 1000, target: str = "actor", gate: bool = True) -> None:
         if frequency < 1:
             raise ValueError(f"frequency must be >= 1, got {frequency}")
-        self.tau, self.frequency = tau, frequency
+        self.tau, self.frequency, self.gate = tau, frequency, gate
         self.roles = check_target(target)
         self._steps: dict[str, int] = {}
-        self._pending: dict[str, list[tuple[Any, list[Tensor]]]] = {}
+        self._pending: dict[str, list[tuple[UnitLayer, Tensor]]] = {}
         self.n_reset = 0
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:
@@ -54,9 +56,7 @@ class ReDo(Regularizer):
             due = (self._steps.get(role, 0) + 1) % self.frequency == 0
             if due:  # only keep activations when a check follows this step
                 self._pending[role] = [
-                    (stack, [layer_stats(g.dispatch, g.expert, l).mean_abs for l in range(len(g.expert.hidden))])
-                    for net, out in role_outputs(ctx, role)
-                    for stack, g in zip(expert_stacks(net), out.groups)
+                    (units, stats.mean_abs) for net, out in role_outputs(ctx, role) for units, stats in unit_layers(net, out, self.gate)
                 ]
         return []
 
@@ -66,16 +66,15 @@ class ReDo(Regularizer):
             if self._steps[role] % self.frequency == 0:
                 self.n_reset += self.recycle(self._pending.pop(role, []), optimizers(algo))
 
-    def recycle(self, layers: list[tuple[Any, list[Tensor]]], opts: list[Any]) -> int:
-        """Reset every dormant unit; returns how many were reset."""
+    def recycle(self, layers: list[tuple[UnitLayer, Tensor]], opts: list[Any]) -> int:
+        """Reset every dormant unit of ``(layer, mean |h| (E, H))`` pairs; returns how many."""
         count = 0
-        for stack, per_layer in layers:
-            for layer, mean_abs in enumerate(per_layer):
-                mask = dormant_units(mean_abs, self.tau)  # (E, H)
-                for e in torch.nonzero(mask.any(dim=1)).flatten().tolist():
-                    units = torch.nonzero(mask[e]).flatten()
-                    reinit_units(stack, layer, e, units, opts)
-                    count += units.numel()
+        for units, mean_abs in layers:
+            mask = dormant_units(mean_abs, self.tau)  # (E, H)
+            for e in torch.nonzero(mask.any(dim=1)).flatten().tolist():
+                idx = torch.nonzero(mask[e]).flatten()
+                units.reinit(e, idx, opts)
+                count += idx.numel()
         return count
 
     def logs(self) -> dict[str, float]:
