@@ -65,13 +65,18 @@ class ProbeSettings:
     """Plasticity probe (``rl_moe.diagnostics``) on a held-out batch from the suite's probe task.
 
     :param enabled: attach the probe callback when ``rl_moe.diagnostics`` provides it
-    :param n_states: states in the held-out batch (random-policy rollouts of the probe task)
+    :param n_states: states in the held-out batch (rollouts of the probe task)
     :param every: env steps between probes; 0 = at every periodic evaluation
+    :param policy: who acts in those rollouts: ``expert`` (MetaWorld's scripted policy plus
+        noise), ``random``, or ``auto`` (expert where the family has one; stored resolved)
+    :param noise: std of the Gaussian noise on expert actions
     """
 
     enabled: bool = True
     n_states: int = 256
     every: int = 0
+    policy: str = "auto"
+    noise: float = 0.1
 
 
 @dataclass(frozen=True)

@@ -1,32 +1,102 @@
 """The held-out probe batch (SPHERE §5.1, footnote 1) and the plasticity-probe callback wiring.
 
-The paper probes with states from a task outside the sequence so that the diagnostics measure
-plasticity on *new* experience. We roll out a uniform-random policy on the suite's probe task
-(no pretrained policy ships with the package), keep every ``stride``-th state, and reuse the same
-batch at every checkpoint; it is saved as ``probe_states.pt`` (a float32 tensor (N, obs_dim)).
+The paper probes with states "from rollouts of a pre-trained policy" on a task outside the
+sequence, so that the diagnostics measure plasticity on *new* experience. No trained policy ships
+with the package, so the rollouts come from one of :data:`PROBE_POLICIES`: ``expert``, MetaWorld's
+own scripted policy for the probe task (``metaworld.policies``) with Gaussian action noise, which
+visits the states a competent policy sees; or ``random``, uniform-random actions (the only choice
+for families without scripted experts). Every ``stride``-th state is kept, and the same batch is
+reused at every checkpoint; it is saved as ``probe_states.pt`` (a float32 tensor (N, obs_dim)).
 """
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 from rl_moe.continual.envs import EnvFactory
 
+#: obs -> action
+Actor = Callable[[np.ndarray], np.ndarray]
+#: Families whose tasks have scripted expert policies.
+EXPERT_FAMILIES: tuple[str, ...] = ("metaworld",)
+#: MetaWorld tasks whose scripted policy does not follow the naming rule of :func:`metaworld_expert`.
+_EXPERT_CLASS_NAMES: dict[str, str] = {"peg-insert-side-v3": "SawyerPegInsertionSideV3Policy"}
 
-def collect_probe_states(factory: EnvFactory, n_states: int, stride: int = 5, seed: int = 0) -> torch.Tensor:
-    """``n_states`` observations (N, obs_dim) from random-policy rollouts of the probe task.
+
+def metaworld_expert(task: str) -> Any:
+    """MetaWorld's scripted policy of ``task`` (``reach-v3`` -> ``SawyerReachV3Policy``).
+
+    :raises ValueError: if metaworld has no scripted policy under that name
+    """
+    import metaworld.policies as policies
+
+    *words, version = task.split("-")
+    name = _EXPERT_CLASS_NAMES.get(task, "Sawyer" + "".join(w.capitalize() for w in words) + version.upper() + "Policy")
+    cls = getattr(policies, name, None)
+    if cls is None:
+        raise ValueError(f"metaworld has no scripted policy {name!r} for probe task {task!r}; use probe.policy=random")
+    return cls()
+
+
+def _random_actor(env: gym.Env, factory: EnvFactory, seed: int, noise: float) -> Actor:
+    env.action_space.seed(seed)
+    return lambda _obs: env.action_space.sample()
+
+
+def _expert_actor(env: gym.Env, factory: EnvFactory, seed: int, noise: float) -> Actor:
+    if factory.family not in EXPERT_FAMILIES:
+        raise ValueError(f"probe.policy 'expert' needs scripted experts ({', '.join(EXPERT_FAMILIES)}); family {factory.family!r} has none")
+    expert = metaworld_expert(factory.task.name)
+    rng = np.random.default_rng(seed)
+    box: Any = env.action_space
+    low, high = box.low, box.high
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with warnings.catch_warnings():  # metaworld warns that its own gain constants saturate
+            warnings.simplefilter("ignore", UserWarning)
+            action = np.asarray(expert.get_action(obs), dtype=np.float64)
+        # Noise stands in for a trained policy's stochasticity and widens the state coverage.
+        return np.clip(action + noise * rng.standard_normal(action.shape), low, high).astype(np.float32)
+
+    return act
+
+
+#: Rollout policies for the held-out batch: name -> (env, factory, seed, noise) -> actor.
+PROBE_POLICIES: dict[str, Callable[[gym.Env, EnvFactory, int, float], Actor]] = {
+    "expert": _expert_actor,
+    "random": _random_actor,
+}
+
+
+def default_probe_policy(family: str) -> str:
+    """``expert`` where scripted experts exist, else ``random`` (what ``probe.policy=auto`` means)."""
+    return "expert" if family in EXPERT_FAMILIES else "random"
+
+
+def collect_probe_states(
+    factory: EnvFactory, n_states: int, stride: int = 5, seed: int = 0, policy: str = "random", noise: float = 0.1
+) -> torch.Tensor:
+    """``n_states`` observations (N, obs_dim) from rollouts of the probe task.
 
     :param factory: probe-task env factory
     :param n_states: batch size N
     :param stride: keep one state every ``stride`` steps (less temporal correlation)
     :param seed: action-sampling seed
+    :param policy: a key of :data:`PROBE_POLICIES`
+    :param noise: std of the Gaussian noise added to ``expert`` actions
     """
+    if policy not in PROBE_POLICIES:
+        raise ValueError(f"unknown probe policy {policy!r}; valid choices: {', '.join(PROBE_POLICIES)}")
     env = factory()
-    env.action_space.seed(seed)
+    actor = PROBE_POLICIES[policy](env, factory, seed, noise)
     states: list[np.ndarray] = []
     try:
         obs, _ = env.reset()
@@ -34,7 +104,7 @@ def collect_probe_states(factory: EnvFactory, n_states: int, stride: int = 5, se
         while len(states) < n_states:
             if t % stride == 0:
                 states.append(np.asarray(obs, dtype=np.float32).reshape(-1))
-            obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            obs, _, terminated, truncated, _ = env.step(actor(obs))
             t += 1
             if terminated or truncated:
                 obs, _ = env.reset()
@@ -43,11 +113,11 @@ def collect_probe_states(factory: EnvFactory, n_states: int, stride: int = 5, se
     return torch.from_numpy(np.stack(states))  # (N, obs_dim)
 
 
-def load_or_collect(path: Path, factory: EnvFactory, n_states: int, seed: int) -> torch.Tensor:
+def load_or_collect(path: Path, factory: EnvFactory, n_states: int, seed: int, policy: str = "random", noise: float = 0.1) -> torch.Tensor:
     """The run's probe batch: loaded when ``path`` exists (resume), else collected and saved."""
     if path.is_file():
         return torch.load(path, map_location="cpu", weights_only=True)
-    states = collect_probe_states(factory, n_states, seed=seed)
+    states = collect_probe_states(factory, n_states, seed=seed, policy=policy, noise=noise)
     torch.save(states, path)
     return states
 

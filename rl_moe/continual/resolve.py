@@ -56,12 +56,30 @@ def _choice(value: str, valid: tuple[str, ...], what: str) -> str:
 
 
 def _positive(section: str, obj: Any, names: tuple[str, ...], allow_zero: tuple[str, ...] = ()) -> None:
-    for name in names:
+    """``names`` must be > 0 and ``allow_zero`` >= 0."""
+    for name in (*names, *allow_zero):
         value = getattr(obj, name)
         low_ok = value >= 0 if name in allow_zero else value > 0
         if not low_ok:
             bound = ">= 0" if name in allow_zero else "> 0"
             raise UsageError(f"{section}.{name} must be {bound}, got {value}")
+
+
+def _resolve_probe_policy(probe: ProbeSettings, suite: Suite) -> ProbeSettings:
+    """``auto`` -> the family's default; ``expert`` must exist for the probe task."""
+    from rl_moe.continual.probe import EXPERT_FAMILIES, PROBE_POLICIES, default_probe_policy, metaworld_expert
+
+    policy = _choice(probe.policy, ("auto", *PROBE_POLICIES), "probe.policy")
+    if policy == "auto":
+        policy = default_probe_policy(suite.family)
+    if policy == "expert":
+        if suite.family not in EXPERT_FAMILIES:
+            raise UsageError(f"probe.policy 'expert' needs scripted experts, which family {suite.family!r} lacks; valid choices here: auto, random")
+        try:
+            metaworld_expert(suite.probe_task.name)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return dataclasses.replace(probe, policy=policy)
 
 
 def _check_net(cfg: RunConfig) -> None:
@@ -133,7 +151,8 @@ def resolve(req: RunRequest) -> RunConfig:
     _positive("ppo", sections["ppo"], ("n_envs", "n_steps", "batch_size", "n_epochs", "lr_start", "lr_decay_fraction"), ("lr_end",))
     _positive("td3", sections["td3"], ("n_envs", "buffer_size", "batch_size", "train_freq", "gradient_steps", "policy_delay", "lr"), ("learning_starts", "action_noise_std"))
     _positive("eval", sections["eval"], ("evals_per_task", "n_episodes", "matrix_episodes", "n_envs"))
-    _positive("probe", sections["probe"], ("n_states",), ("every",))
+    _positive("probe", sections["probe"], ("n_states",), ("every", "noise"))
+    sections["probe"] = _resolve_probe_policy(sections["probe"], suite)
     n_envs = sections[algo].n_envs
     if sections["net"].critic_moe is None:  # store the algo default explicitly in config.json
         sections["net"] = dataclasses.replace(sections["net"], critic_moe=algo == "td3")

@@ -26,7 +26,7 @@ from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.continual.config import RunConfig
 from rl_moe.continual.envs import EnvFactory, make_vec_env, task_factories
 from rl_moe.continual.evaluation import EvalResult, PeriodicEval, evaluate
-from rl_moe.continual.probe import load_or_collect, make_probe_callback
+from rl_moe.continual.probe import default_probe_policy, load_or_collect, make_probe_callback
 from rl_moe.continual.progress import ProgressLine
 from rl_moe.continual.resolve import suite_of
 from rl_moe.continual.results import (
@@ -110,7 +110,11 @@ class ContinualScheduler:
         cfg, res = self.cfg, self.results
         res.save(self.run_dir / "results.json")
         probe_factory = EnvFactory(self.suite.family, self.suite.probe_task, self.suite.episode_length, self.suite.success_type, self._seed(_PROBE_SEED, 0))
-        probe_states = load_or_collect(self.run_dir / "probe_states.pt", probe_factory, cfg.probe.n_states, cfg.seed) if cfg.probe.enabled else None
+        probe_states = None
+        if cfg.probe.enabled:
+            # Configs resolved before probe.policy existed hold "auto": resolve it the same way.
+            policy = default_probe_policy(self.suite.family) if cfg.probe.policy == "auto" else cfg.probe.policy
+            probe_states = load_or_collect(self.run_dir / "probe_states.pt", probe_factory, cfg.probe.n_states, cfg.seed, policy, cfg.probe.noise)
         if cfg.reference is not None:
             res.reference_aucs = reference_aucs(cfg.reference, list(cfg.tasks))
         self.logger = configure(str(self.run_dir / "tb"), ["tensorboard"])

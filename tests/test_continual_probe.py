@@ -1,0 +1,59 @@
+"""The held-out probe batch: scripted-expert and random rollouts, and the probe.policy setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rl_moe.continual.envs import EnvFactory, _metaworld_names
+from rl_moe.continual.probe import collect_probe_states, metaworld_expert
+from rl_moe.continual.resolve import RunRequest, resolve
+from rl_moe.continual.suites import TaskSpec
+from rl_moe.crl import main
+
+
+def test_every_metaworld_task_has_a_scripted_expert() -> None:
+    for task in _metaworld_names():
+        assert callable(metaworld_expert(task).get_action), task
+    with pytest.raises(ValueError, match="no scripted policy"):
+        metaworld_expert("fly-to-moon-v3")
+
+
+def test_expert_probe_states_reach_the_goal_and_random_ones_do_not() -> None:
+    # reach-v3 observations: hand position in [0:3], goal position in [-3:].
+    factory = EnvFactory("metaworld", TaskSpec("reach-v3"), 200, "info", 99)
+    dist, batches = {}, {}
+    for policy in ("expert", "random"):
+        states = batches[policy] = collect_probe_states(factory, 120, policy=policy, seed=0).numpy()
+        assert states.shape == (120, 39) and np.isfinite(states).all()
+        dist[policy] = np.linalg.norm(states[:, :3] - states[:, -3:], axis=1)
+    # The scripted reacher spends most of each episode at the goal; random actions wander.
+    assert np.median(dist["expert"]) < 0.05 < np.median(dist["random"])
+    # Same seed, same batch; the action noise comes from that seed.
+    np.testing.assert_array_equal(collect_probe_states(factory, 120, policy="expert", seed=0).numpy(), batches["expert"])
+    assert not np.array_equal(collect_probe_states(factory, 120, policy="expert", seed=1).numpy(), batches["expert"])
+
+
+def test_probe_policy_auto_resolves_per_family() -> None:
+    assert resolve(RunRequest(suite="cw10", tasks=1, device="cpu")).probe.policy == "expert"
+    assert resolve(RunRequest(suite="smoke", tasks=1, device="cpu")).probe.policy == "random"
+    assert resolve(RunRequest(suite="cw10", tasks=1, device="cpu", overrides=("probe.policy=random",))).probe.policy == "random"
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("probe.policy=expert", "needs scripted experts"),
+        ("probe.policy=oracle", "valid choices: auto, expert, random"),
+        ("probe.noise=-0.5", "probe.noise must be >= 0"),
+        ("probe.every=-1", "probe.every must be >= 0"),
+    ],
+)
+def test_bad_probe_settings_exit_2(setting: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "runs"
+    assert main(["--suite", "smoke", "--tasks", "1", "--set", setting, "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not out.exists()
