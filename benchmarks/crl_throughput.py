@@ -58,7 +58,8 @@ def main() -> None:
     suite = suite_of(cfgs["sphere"])
     task = next(t for t in suite.tasks if t.name == args.task)
     steps = args.n_envs * args.n_steps * args.updates
-    probe = collect_probe_states(EnvFactory(suite.family, suite.probe_task, suite.episode_length, suite.success_type, 99), 256)
+    probe_factory = EnvFactory(suite.family, suite.probe_task, suite.episode_length, suite.success_type, 99)
+    probe = collect_probe_states(probe_factory, 256, policy=cfgs["sphere"].probe.policy)
 
     def env():
         return make_vec_env(task_factories(suite, task, args.n_envs, 0), "dummy")
