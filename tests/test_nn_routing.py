@@ -1,4 +1,4 @@
-"""Routers: weights, selection sets, capacity and coverage (SPEC §1)."""
+"""Routers: weights, selection sets, capacity and coverage."""
 
 import math
 

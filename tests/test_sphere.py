@@ -14,7 +14,7 @@ from gymnasium import spaces
 from rl_moe.nn import NETWORK_KINDS, Dispatch, build_network
 from rl_moe.policies import MoEActorCriticPolicy
 from rl_moe.regularizers import LossContext, Sphere, SphereConfig, make_regularizer, scaled_coef, sphere_config
-from rl_moe.regularizers import gram as gram_module
+from rl_moe.regularizers import gram_kernels as gram_module
 from rl_moe.regularizers.gram import FeatureBlock, dense_phi, effective_rank, gram_stats, per_expert_stats, sample_gram
 from rl_moe.regularizers.sphere import feature_blocks, sphere_value
 
@@ -86,7 +86,7 @@ def test_sample_gram_handles_unbalanced_loads(bucket_cost: float, loop_max: int,
 
 
 def test_gradient_wrt_phi_matches_closed_form() -> None:
-    # dL/dPhi = (4/N)(G - tr(G)/m I) Phi with G = Phi Phi^T / N (SPEC §2).
+    # dL/dPhi = (4/N)(G - tr(G)/m I) Phi with G = Phi Phi^T / N (SPHERE App. A.2).
     torch.manual_seed(2)
     n, m = 10, 30
     phi = torch.randn(n, m, dtype=torch.float64, requires_grad=True)

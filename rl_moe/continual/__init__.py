@@ -1,4 +1,4 @@
-"""Continual-task scheduling (SPEC §5): suites, env factories and wrappers, CRL/RL protocols,
+"""Continual-task scheduling: suites, env factories and wrappers, CRL/RL protocols,
 evaluation and Continual World metrics. The CLI is :mod:`rl_moe.crl`."""
 
 from rl_moe.continual.config import RunConfig

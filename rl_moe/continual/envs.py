@@ -1,4 +1,4 @@
-"""Env factories per suite family and vectorized-env construction (SPEC §5).
+"""Env factories per suite family and vectorized-env construction.
 
 A factory is a picklable :class:`EnvFactory` (so ``SubprocVecEnv`` can ship it to workers under
 spawn/forkserver); it builds the raw env through the family registry :data:`FAMILY_MAKERS`, then
@@ -95,7 +95,7 @@ def resolve_vec_env_type(vec_env: str, n_envs: int, cpu_count: int | None = None
     """``dummy`` or ``subproc``: ``auto`` picks in-process envs on <= 2 cores.
 
     On 2 cores a DummyVecEnv of 8 MetaWorld envs ran ~2,000 steps/s against ~1,270 for
-    SubprocVecEnv (SPEC §5), so worker processes only pay off with more cores.
+    SubprocVecEnv (measured on the 2-core development machine), so worker processes only pay off with more cores.
     """
     if vec_env not in VEC_ENV_TYPES:
         raise UsageError(f"unknown vec env type {vec_env!r}; valid choices: {', '.join(VEC_ENV_TYPES)}")

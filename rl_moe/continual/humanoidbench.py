@@ -1,4 +1,4 @@
-"""Optional HumanoidBench (H1) integration with the compatibility fixes of SPEC §5.
+"""Optional HumanoidBench (H1) integration with the compatibility fixes listed in docs/continual.md.
 
 HumanoidBench is not on PyPI; install it with::
 

@@ -1,4 +1,4 @@
-"""Continual-learning metrics (Continual World, Wolczyk et al. 2021; SPEC §5).
+"""Continual-learning metrics (Continual World, Wolczyk et al. 2021).
 
 With ``M[i][j]`` the success of the checkpoint after task ``i`` on task ``j``:
 

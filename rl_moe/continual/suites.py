@@ -1,4 +1,4 @@
-"""Continual task suites (SPEC §5): JSON data files loaded into frozen dataclasses.
+"""Continual task suites: JSON data files loaded into frozen dataclasses.
 
 The built-in suites (``cw10``, ``cw20``, ``hb5``, ``smoke``) ship inside the package in
 ``rl_moe/continual/suites/*.json``; the repository's ``envs/`` folder holds identical copies for

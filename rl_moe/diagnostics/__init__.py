@@ -1,4 +1,4 @@
-"""Plasticity, routing and spectral diagnostics (SPEC §4) and the ``PlasticityProbe`` callback.
+"""Plasticity, routing and spectral diagnostics (docs/metrics.md) and the ``PlasticityProbe`` callback.
 
 Every metric is a pure function returning ``dict[str, float]`` (or a float); the probe logs them
 under ``plasticity/``, ``routing/`` and ``spectral/``. docs/metrics.md defines every tag.

@@ -1,6 +1,6 @@
 """Gradient of the actor loss for ``plasticity/grad_norm`` and the SD-MoE gradient subspaces.
 
-PPO: the clipped surrogate plus the entropy term (SPEC §2's L_actor) on states sampled from the
+PPO: the clipped surrogate plus the entropy term (SPHERE App. A.3's L_actor) on states sampled from the
 latest rollout (advantages exist only there), evaluated right after collection, where the ratio is
 1. TD3: -Q1(s, pi(s)) on the probe states. Gradients come from ``torch.autograd.grad``, so the
 parameters' ``.grad`` and the optimizer are untouched.

@@ -1,4 +1,4 @@
-"""Exact empirical NTK of a network's summed output via the layerwise Gram identity (SPEC §4).
+"""Exact empirical NTK of a network's summed output via the layerwise Gram identity (docs/metrics.md).
 
 For g(x) = sum_d f_d(x) and J the (N, P) per-sample gradient of g, K = J J^T. A linear layer
 z = a W + b contributes K_l[i, j] = (a_i . a_j + 1)(delta_i . delta_j) with delta = dg/dz, and a

@@ -1,4 +1,4 @@
-"""Representation metrics: r_e and kappa of A_last, feature norm, ReDo dormant ratios (SPEC §4)."""
+"""Representation metrics: r_e and kappa of A_last, feature norm, ReDo dormant ratios (docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ DORMANT_TAU = 0.025
 
 
 def feature_metrics(output: MoEOutput, layer: int = -1, weighted: bool = True) -> dict[str, float]:
-    """r_e(A_last), kappa(A_last) and the mean feature norm, from the smaller Gram (SPEC §2, §4).
+    """r_e(A_last), kappa(A_last) and the mean feature norm, from the smaller Gram (SPHERE §4.4; docs/metrics.md).
 
     A = Phi^T Phi / N with Phi the routing-weighted concatenated last-hidden expert features; the
     sample Gram Phi Phi^T / N has the same nonzero spectrum and is used when N < m. kappa is

@@ -37,7 +37,7 @@ def effective_rank_from_eigvals(eigvals: Tensor) -> float:
 
 
 def effective_rank(m: Tensor) -> float:
-    """Spectral-entropy effective rank of an SPSD matrix (SPEC §4): r_e(I_n) = n, rank one -> 1.
+    """Spectral-entropy effective rank of an SPSD matrix (docs/metrics.md): r_e(I_n) = n, rank one -> 1.
 
     :param m: (n, n) SPSD matrix (a Gram, an NTK, a covariance)
     """

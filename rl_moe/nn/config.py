@@ -1,4 +1,4 @@
-"""Network configuration for MoE and dense actors/critics (SPEC §1)."""
+"""Network configuration for MoE and dense actors/critics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MoE networks: gate + router + stacked experts, and the dense MLP baseline (SPEC §1).
+"""MoE networks: gate + router + stacked experts, and the dense MLP baseline.
 
 Every network maps (N, in) -> :class:`MoEOutput`, so policies, regularizers and diagnostics
 treat dense and MoE networks alike (a dense MLP is one expert with weight 1).
@@ -36,7 +36,7 @@ class MoEOutput(NamedTuple):
     aux: dict[str, Tensor]  # auxiliary losses, e.g. "load_balance"
 
     def phi(self, layer: int = -1, weighted: bool = True) -> Tensor:
-        """Dense Phi (N, m): concatenated (routing-weighted) expert features of a hidden layer (SPEC §2).
+        """Dense Phi (N, m): concatenated (routing-weighted) expert features of a hidden layer (SPHERE §4.4).
 
         Rows of unselected experts are zero. Only for small problems, tests and diagnostics: the
         SPHERE penalty works from the per-expert blocks directly.

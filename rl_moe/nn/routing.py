@@ -1,7 +1,7 @@
 """Routers: gate logits -> per-state expert weights, and the dispatch plan they imply.
 
 Every router returns weights that are zero off the selected set and sum to one on it, so the
-layer output is always ``sum_e h_e(x) * head_e(feat_e(x))`` (SPEC §1).
+layer output is always ``sum_e h_e(x) * head_e(feat_e(x))``.
 """
 
 from __future__ import annotations

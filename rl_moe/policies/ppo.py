@@ -1,4 +1,4 @@
-"""SB3 actor-critic policy whose actor (and optionally critic) is a MoE network (SPEC §1).
+"""SB3 actor-critic policy whose actor (and optionally critic) is a MoE network.
 
 The actor network outputs the Gaussian mean directly (each expert has its own linear head), so
 SB3's ``action_net`` is the identity; the log-std is SB3's state-independent parameter.

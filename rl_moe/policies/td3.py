@@ -1,4 +1,4 @@
-"""SB3 TD3 policy with MoE (or dense) actor and twin critics on obs ⊕ action (SPEC §1, Table 22)."""
+"""SB3 TD3 policy with MoE (or dense) actor and twin critics on obs ⊕ action (SPHERE Table 22)."""
 
 from __future__ import annotations
 
