@@ -62,6 +62,8 @@ def test_state_round_trips_into_a_fresh_learner(name: str, tmp_path: Path) -> No
     model.learn(192)
     state = model.regularizer_state()
     assert _has_content(state), state  # the run did change the state
+    if name == "sphere":  # the learner resolved the ratio on refresh minibatches and handed it back
+        assert state["0:sphere"]["ratios"]["actor"] > 0
     save_regularizer_state(tmp_path / "reg.pt", state)
     model.save(tmp_path / "ckpt.zip")
 

@@ -273,11 +273,14 @@ def test_ratio_every_reuses_the_last_ratio() -> None:
     torch.manual_seed(8)
     policy = _policy()
     reg = Sphere(rho=1.0, ratio_every=3, rank_every=0)
-    coefs = []
+    coefs, resolved = [], []
     for _ in range(4):
         out = policy.actor_net(torch.randn(16, 5))
         loss = (out.out**2).mean()
-        coefs.append(reg.penalty(_ctx(policy, out, {"actor": loss}))[0].coef)
+        term = reg.penalty(_ctx(policy, out, {"actor": loss}))[0]
+        resolved.append(term.scale is not None)  # a refresh: the learner resolves the ratio
+        coefs.append(scaled_coef(term))
+    assert resolved == [True, False, False, True]
     assert coefs[0] == coefs[1] == coefs[2] != coefs[3]
 
 

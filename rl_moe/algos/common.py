@@ -84,6 +84,8 @@ class RegularizedMixin:
             else:
                 ref_norm = grads_norm(torch.autograd.grad(s.reference, [params[i] for i in sel], retain_graph=True, allow_unused=True))
             coef = float(s.rho * ref_norm / (grads_norm(pen[i] for i in sel) + s.eps))
+            if s.on_resolve is not None:
+                s.on_resolve(coef)
             self._log_term(term, coef)
             for i, g in enumerate(pen):
                 if g is not None:

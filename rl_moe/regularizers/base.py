@@ -9,7 +9,7 @@ A regularizer is an object with explicit hooks. The learner calls, per gradient 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -34,6 +34,8 @@ class GradScale(NamedTuple):
     reference: Tensor
     params: tuple[nn.Parameter, ...]
     eps: float = 1e-8
+    #: Called with the resolved coefficient (e.g. to reuse it on later minibatches).
+    on_resolve: Callable[[float], None] | None = None
 
 
 class Penalty(NamedTuple):
@@ -126,7 +128,10 @@ def scaled_coef(term: Penalty) -> float:
     if term.scale is None:
         return term.coef
     s = term.scale
-    return grad_ratio_coef(s.rho, s.reference, term.loss, s.params, s.eps)
+    coef = grad_ratio_coef(s.rho, s.reference, term.loss, s.params, s.eps)
+    if s.on_resolve is not None:
+        s.on_resolve(coef)
+    return coef
 
 
 def grad_ratio_coef(

@@ -9,7 +9,8 @@ Coefficient (App. A.3), per minibatch:
 - ``adaptive`` (default): lambda = rho * stopgrad(||grad_theta L_ref|| / (||grad_theta L_SPHERE|| + eps))
   over the regularized network's parameters (experts and gate), L_ref = the actor loss (PPO policy
   + entropy term; TD3 actor loss) or, for a critic placement, the critic loss (PPO value loss,
-  TD3 critic loss). Costs two extra partial backward passes per minibatch.
+  TD3 critic loss). Costs one extra backward of the penalty through that network per minibatch
+  (the learner reuses the reference loss's gradient for its norm).
 - ``fixed``: lambda = rho.
 - ``loss_ratio``: lambda = rho * |L_ref| / L_SPHERE.
 A negative rho is the sign-flip intervention (Table 21): it rewards anisotropy.
@@ -19,13 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from rl_moe.nn import MoEOutput
-from rl_moe.regularizers.base import GradScale, LossContext, Penalty, Regularizer, grad_ratio_coef
+from rl_moe.regularizers.base import GradScale, LossContext, Penalty, Regularizer
 from rl_moe.regularizers.gram import FeatureBlock, GramStats, effective_rank, gram_stats, per_expert_stats
 from rl_moe.regularizers.targets import (
     active_roles,
@@ -66,7 +68,7 @@ class SphereConfig:
     :param rank_every: log r_e(A_last) every this many calls (0 = never; an N x N eigvalsh)
     :param ratio_every: ``adaptive`` mode recomputes the gradient-norm ratio every this many
         minibatches and reuses the last one in between (1 = every minibatch, the paper's rule; a
-        larger value trades exactness for the two extra backward passes)
+        larger value trades exactness for the extra backward pass)
     """
 
     rho: float = 0.1
@@ -187,23 +189,29 @@ class Sphere(Regularizer):
                 continue
             ref = reference_loss(ctx, role)
             loss = sum((self.network_loss(out, ref) for _, out in pairs), start=ref.new_zeros(()))
-            if cfg.rho != 0 and cfg.coef_mode == "adaptive" and cfg.ratio_every == 1:
-                # The learner resolves the ratio while backpropagating (one backward fewer).
-                scale = GradScale(cfg.rho, ref, tuple(role_parameters(ctx.algo.policy, role)), cfg.eps)
+            if cfg.rho != 0 and cfg.coef_mode == "adaptive" and self._refresh(role):
+                # The learner resolves the ratio while backpropagating (one backward fewer than
+                # computing both norms here) and hands it back for the minibatches in between.
+                params = tuple(role_parameters(ctx.algo.policy, role))
+                scale = GradScale(cfg.rho, ref, params, cfg.eps, on_resolve=partial(self._store_ratio, role))
                 terms.append(Penalty(self._term_name(role), loss, 0.0, scale))
                 continue
-            coef = 0.0 if cfg.rho == 0 else self._coefficient(role, ctx, ref, loss)
+            coef = 0.0 if cfg.rho == 0 else self._coefficient(role, ref, loss)
             terms.append(Penalty(self._term_name(role), loss, coef))
         self._calls += 1
         return terms
 
-    def _coefficient(self, role: str, ctx: LossContext, ref: Tensor, loss: Tensor) -> float:
+    def _refresh(self, role: str) -> bool:
+        """Whether the gradient-norm ratio of ``role`` is due (every ``ratio_every`` calls)."""
+        return self.config.ratio_every == 1 or role not in self._ratios or self._calls % self.config.ratio_every == 0
+
+    def _store_ratio(self, role: str, coef: float) -> None:
+        self._ratios[role] = coef / self.config.rho
+
+    def _coefficient(self, role: str, ref: Tensor, loss: Tensor) -> float:
         cfg = self.config
-        if cfg.coef_mode == "adaptive":  # only reached with ratio_every > 1
-            cached = self._ratios.get(role)
-            if cached is None or self._calls % cfg.ratio_every == 0:
-                cached = self._ratios[role] = grad_ratio_coef(1.0, ref, loss, role_parameters(ctx.algo.policy, role), cfg.eps)
-            return cfg.rho * cached
+        if cfg.coef_mode == "adaptive":  # between refreshes: the last resolved ratio
+            return cfg.rho * self._ratios[role]
         return LOSS_COEF_RULES[cfg.coef_mode](cfg.rho, ref, loss, cfg.eps)
 
     def network_loss(self, out: MoEOutput, reference: Tensor | None = None) -> Tensor:
