@@ -121,3 +121,23 @@ def test_periodic_eval_fires_at_rollout_boundaries() -> None:
         cb.on_rollout_start()
     assert calls == [1000, 1128, 1350, 1400]  # due points 1100, 1200(->1350 jumps 1300), 1400; none at the task end
     assert curve["steps"] == calls and curve["success"] == [0.5] * 4
+
+
+def test_progress_line_draws_bar_counts_and_newline() -> None:
+    import io
+
+    from rl_moe.continual.progress import ProgressLine
+
+    out = io.StringIO()
+    line = ProgressLine("[task 1/2 a]", task_start=1000, task_steps=200, stream=out, interval=0.0)
+    line.num_timesteps = 1000
+    line._on_training_start()
+    assert out.getvalue().endswith("ETA      ?")  # nothing done yet: no rate, no ETA
+    line.num_timesteps = 1050
+    line._on_step()
+    last = out.getvalue().split("\r")[-1]
+    assert last.startswith("[task 1/2 a] [######------------------]") and "50/200" in last
+    line.num_timesteps = 1300  # past the budget (PPO rounds up): capped at the task's steps
+    line._on_training_end()
+    last = out.getvalue().split("\r")[-1]
+    assert "[########################]" in last and "200/200" in last and last.endswith("\n")
