@@ -120,3 +120,30 @@ def test_bad_policy_kwargs_raise_value_error():
         _ppo(env, "topk", policy_kwargs=dict(top_k=9))
     with pytest.raises(ValueError, match="valid choices"):
         _ppo(env, "switch")
+
+
+def test_optimizers_are_fused_adam_unless_the_user_chose() -> None:
+    from rl_moe.policies.networks import fused_optimizer_kwargs
+
+    env = gym.make("Pendulum-v1")
+    ppo = MoEPPO(MoEActorCriticPolicy, env, n_steps=64, batch_size=32, policy_kwargs=dict(n_experts=3, hidden=(8,)))
+    assert ppo.policy.optimizer.defaults["fused"] and ppo.policy.optimizer.defaults["eps"] == 1e-5  # SB3's PPO eps kept
+    td3 = MoETD3(MoETD3Policy, env, policy_kwargs=dict(n_experts=3, hidden=(8,)))
+    assert td3.policy.actor.optimizer.defaults["fused"] and td3.policy.critic.optimizer.defaults["fused"]
+    mine = MoEPPO(MoEActorCriticPolicy, env, n_steps=64, batch_size=32, policy_kwargs=dict(n_experts=3, hidden=(8,), optimizer_kwargs={"foreach": False}))
+    assert not mine.policy.optimizer.defaults.get("fused")
+    assert fused_optimizer_kwargs(torch.optim.SGD, {"lr": 1.0}) == {"lr": 1.0}
+
+    # Same updates as the reference (for-loop) Adam, to float rounding.
+    torch.manual_seed(0)
+    ref = [torch.randn(40, 30, requires_grad=True), torch.randn(30, requires_grad=True)]
+    fused = [p.detach().clone().requires_grad_() for p in ref]
+    opts = [torch.optim.Adam(ref, lr=1e-2, eps=1e-5), torch.optim.Adam(fused, lr=1e-2, **fused_optimizer_kwargs(torch.optim.Adam, {"eps": 1e-5}))]
+    for _ in range(20):
+        grads = [torch.randn_like(p) for p in ref]
+        for params, opt in zip((ref, fused), opts):
+            for p, g in zip(params, grads):
+                p.grad = g.clone()
+            opt.step()
+    for a, b in zip(ref, fused):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

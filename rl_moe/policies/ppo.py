@@ -15,7 +15,7 @@ from stable_baselines3.common.type_aliases import Schedule
 from torch import Tensor, nn
 
 from rl_moe.nn import MoEOutput, NetConfig, build_network
-from rl_moe.policies.networks import pop_net_configs
+from rl_moe.policies.networks import fused_optimizer_kwargs, pop_net_configs
 
 
 def _action_out_dim(action_space: spaces.Space) -> int:
@@ -90,6 +90,7 @@ class MoEActorCriticPolicy(ActorCriticPolicy):
         )
 
     def _build(self, lr_schedule: Schedule) -> None:
+        self.optimizer_kwargs = fused_optimizer_kwargs(self.optimizer_class, self.optimizer_kwargs)
         super()._build(lr_schedule)
         self.action_net = nn.Identity()
         self.value_net = nn.Identity()

@@ -14,7 +14,7 @@ from stable_baselines3.td3.policies import TD3Policy
 from torch import Tensor, nn
 
 from rl_moe.nn import MoEOutput, NetConfig, build_network
-from rl_moe.policies.networks import pop_net_configs
+from rl_moe.policies.networks import fused_optimizer_kwargs, pop_net_configs
 
 
 class MoETD3Actor(BasePolicy):
@@ -116,6 +116,10 @@ class MoETD3Policy(TD3Policy):
     ) -> None:
         self.actor_cfg, self.critic_cfg = pop_net_configs(kwargs, moe, actor_moe, critic_moe, actor_cfg, critic_cfg)
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
+
+    def _build(self, lr_schedule: Schedule) -> None:
+        self.optimizer_kwargs = fused_optimizer_kwargs(self.optimizer_class, self.optimizer_kwargs)
+        super()._build(lr_schedule)
 
     def make_actor(self, features_extractor: BaseFeaturesExtractor | None = None) -> MoETD3Actor:
         kwargs = self._update_features_extractor(self.actor_kwargs, features_extractor)
