@@ -105,9 +105,11 @@ def test_regularizers_are_not_pickled_and_can_be_given_on_load(tmp_path):
     assert MoEPPO.load(tmp_path / "m.zip", device="cpu").regularizers == []
 
 
-def test_learner_resolves_gradient_scaled_terms_exactly():
-    """A GradScale term: the update equals grad(reference + rest + lambda * penalty) with lambda
-    the ratio of the two gradient norms over the named parameters."""
+@pytest.mark.parametrize("n_terms", [1, 2])
+def test_learner_resolves_gradient_scaled_terms_exactly(n_terms: int):
+    """GradScale terms: the update equals grad(reference + rest + sum_k lambda_k * penalty_k), each
+    lambda_k the ratio of the reference's and penalty_k's gradient norms over the named parameters
+    (the reference gradient is updated in place, so every norm must be taken before that)."""
     from rl_moe.regularizers import GradScale
 
     torch.manual_seed(0)
@@ -119,21 +121,23 @@ def test_learner_resolves_gradient_scaled_terms_exactly():
     reference = out.out.pow(2).mean() + policy.log_std.sum()
     rest = 0.5 * value.pow(2).mean()
     theta = tuple(policy.actor_net.parameters())
-    pen = out.groups[0].expert.hidden[-1].pow(3).mean()
+    pens = [out.groups[0].expert.hidden[-1].pow(3).mean(), out.groups[0].expert.hidden[0].abs().mean()][:n_terms]
+    rhos = [0.7, -0.2][:n_terms]
 
     class Scaled(Regularizer):
-        name = "scaled"
+        def __init__(self, k: int) -> None:
+            self.k, self.name = k, f"scaled{k}"
 
         def penalty(self, ctx):
-            return [Penalty("scaled", pen, 0.0, GradScale(0.7, reference, theta))]
+            return [Penalty(self.name, pens[self.k], 0.0, GradScale(rhos[self.k], reference, theta))]
 
-    model.regularizers = [Scaled()]
+    model.regularizers = [Scaled(k) for k in range(n_terms)]
     params = list(policy.parameters())
-    g_ref = torch.autograd.grad(reference, theta, retain_graph=True, allow_unused=True)
-    g_pen = torch.autograd.grad(pen, theta, retain_graph=True, allow_unused=True)
     norm = lambda gs: torch.sqrt(sum(g.pow(2).sum() for g in gs if g is not None))
-    lam = 0.7 * norm(g_ref) / (norm(g_pen) + 1e-8)
-    expected = torch.autograd.grad(reference + rest + lam.detach() * pen, params, retain_graph=True, allow_unused=True)
+    g_ref = norm(torch.autograd.grad(reference, theta, retain_graph=True, allow_unused=True))
+    lams = [rho * g_ref / (norm(torch.autograd.grad(pen, theta, retain_graph=True, allow_unused=True)) + 1e-8) for rho, pen in zip(rhos, pens)]
+    full = reference + rest + sum(lam.detach() * pen for lam, pen in zip(lams, pens))
+    expected = torch.autograd.grad(full, params, retain_graph=True, allow_unused=True)
     policy.optimizer.zero_grad()
     total = model._backward(LossContext(model, "ppo", None), reference, rest, params)
     for p, g in zip(params, expected):
@@ -141,5 +145,6 @@ def test_learner_resolves_gradient_scaled_terms_exactly():
             assert p.grad is None or torch.all(p.grad == 0)
         else:
             torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-7)
-    assert float(total) == pytest.approx(float(reference + rest + lam * pen), rel=1e-5)
-    assert model._penalty_log["train/coef_scaled"] == [pytest.approx(float(lam), rel=1e-5)]
+    assert float(total) == pytest.approx(float(full), rel=1e-5)
+    for k, lam in enumerate(lams):
+        assert model._penalty_log[f"train/coef_scaled{k}"] == [pytest.approx(float(lam), rel=1e-5)]

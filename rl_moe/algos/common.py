@@ -71,31 +71,34 @@ class RegularizedMixin:
 
     def _backward_scaled(self, reference: Tensor, rest: Tensor, scaled: list[Penalty], params: list[nn.Parameter]) -> Tensor:
         grads = list(torch.autograd.grad(reference, params, retain_graph=True, allow_unused=True))
-        ref_grads = list(grads)
         index = {id(p): i for i, p in enumerate(params)}
         total = reference.detach() + rest.detach()
-        for term in scaled:
+        updates: list[tuple[float, tuple[Tensor | None, ...]]] = []
+        for term in scaled:  # every norm is taken before ``grads`` is updated in place below
             s = term.scale
             assert s is not None
             sel = [index[id(p)] for p in s.params if id(p) in index]
             pen = torch.autograd.grad(term.loss, params, retain_graph=True, allow_unused=True)
             if s.reference is reference:
-                ref_norm = grads_norm(ref_grads[i] for i in sel)
+                ref_norm = grads_norm(grads[i] for i in sel)
             else:
                 ref_norm = grads_norm(torch.autograd.grad(s.reference, [params[i] for i in sel], retain_graph=True, allow_unused=True))
             coef = float(s.rho * ref_norm / (grads_norm(pen[i] for i in sel) + s.eps))
             if s.on_resolve is not None:
                 s.on_resolve(coef)
             self._log_term(term, coef)
+            updates.append((coef, pen))
+            total = total + coef * term.loss.detach()
+        # In place: with many experts these are the largest tensors of the update.
+        for coef, pen in updates:
             for i, g in enumerate(pen):
                 if g is not None:
-                    grads[i] = coef * g if grads[i] is None else grads[i] + coef * g
-            total = total + coef * term.loss.detach()
+                    grads[i] = g.mul_(coef) if grads[i] is None else grads[i].add_(g, alpha=coef)
         if rest.requires_grad:
             rest.backward()
         for p, g in zip(params, grads):
             if g is not None:
-                p.grad = g if p.grad is None else p.grad + g
+                p.grad = g if p.grad is None else p.grad.add_(g)
         return total
 
     def _regularizer_keys(self) -> list[str]:

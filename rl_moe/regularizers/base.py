@@ -113,8 +113,9 @@ class Regularizer:
 
 def grads_norm(grads: Iterable[Tensor | None]) -> Tensor:
     """Joint L2 norm of a list of gradients (``None`` entries count as zero)."""
-    sq = [g.pow(2).sum() for g in grads if g is not None]
-    return torch.sqrt(torch.stack(sq).sum()) if sq else torch.zeros(())
+    # Per-tensor norms first: no squared copy of large (E, in, out) expert gradients.
+    norms = [torch.linalg.vector_norm(g) for g in grads if g is not None]
+    return torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros(())
 
 
 def grad_norm(loss: Tensor, params: Iterable[nn.Parameter]) -> Tensor:
