@@ -27,6 +27,7 @@ Run: ``python benchmarks/sphere_overhead.py [--experts 10 160] [--rounds 15] [--
 from __future__ import annotations
 
 import argparse
+import copy
 import random
 import statistics
 import time
@@ -35,6 +36,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from gymnasium import spaces
+from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.logger import configure
 
 from rl_moe.algos.common import RegularizedMixin
@@ -155,19 +157,26 @@ def bench_learner(n_experts: int, rounds: int, n_envs: int = 8, n_steps: int = 2
         models[name] = model
     base = models["none"]
     base.learn(n_envs * n_steps)  # one real rollout; every variant then trains on it
+    # Every timed call starts from the same weights and Adam state: left to train on, the
+    # variants would drift apart, and with them their routing and so the Gram's cost.
+    start = copy.deepcopy(base.policy.state_dict()), copy.deepcopy(base.policy.optimizer.state_dict())
+
+    def timed(model: BaseAlgorithm) -> float:
+        model.policy.load_state_dict(start[0])
+        model.policy.optimizer.load_state_dict(start[1])
+        t0 = time.thread_time()
+        model.train()
+        return time.thread_time() - t0
+
     for model in models.values():
         model.rollout_buffer = base.rollout_buffer
-        model.train()  # warm-up
+        timed(model)  # warm-up
     rng = random.Random(0)
     ratios: dict[str, list[float]] = {v: [] for v in models if v != "none"}
     for _ in range(rounds):
         order = list(models)
         rng.shuffle(order)
-        took = {}
-        for v in order:
-            t0 = time.thread_time()
-            models[v].train()
-            took[v] = time.thread_time() - t0
+        took = {v: timed(models[v]) for v in order}
         for v in ratios:
             ratios[v].append(took[v] / took["none"])
     for model in models.values():
@@ -195,14 +204,14 @@ def main() -> None:
     print("without SPHERE (median over rounds)")
     print("1. learner update: MoEPPO.train(), CW10 hammer-v3 rollout, 8 minibatches of 256, MoE actor 3x256 K=2")
     for e in args.experts:
-        med = bench_learner(e, args.rounds if e <= 40 else max(6, args.rounds // 2))
+        med = bench_learner(e, args.rounds if e <= 40 else max(10, args.rounds // 2))
         print(f"E={e}:")
         for v, ratio in med.items():
             print(f"  {LABELS[v]:<40s} {ratio:.3f}x")
     print(f"2. bare minibatch: forward, backward, optimizer step, batch {N}, MoE actor 3x256 K=2, dense critic")
     for e in args.experts:
         variants = ["fixed", "adaptive", "adaptive8", "loop"]
-        med = bench(e, args.rounds if e <= 40 else max(6, args.rounds // 3), variants)
+        med = bench(e, args.rounds if e <= 40 else max(10, args.rounds // 2), variants)
         if e <= 40:  # the m x m Gram is too slow for large E; timed apart so its memory churn stays out
             med.update(bench(e, 5, ["feature"]))
         print(f"E={e}:")
