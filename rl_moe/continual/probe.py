@@ -96,9 +96,9 @@ def collect_probe_states(
     if policy not in PROBE_POLICIES:
         raise ValueError(f"unknown probe policy {policy!r}; valid choices: {', '.join(PROBE_POLICIES)}")
     env = factory()
-    actor = PROBE_POLICIES[policy](env, factory, seed, noise)
     states: list[np.ndarray] = []
     try:
+        actor = PROBE_POLICIES[policy](env, factory, seed, noise)
         obs, _ = env.reset()
         t = 0
         while len(states) < n_states:
