@@ -233,6 +233,28 @@ def test_bad_input_exits_2_with_choices_and_writes_nothing(tmp_path: Path, capsy
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("config", "message"), [(None, "no config.json there"), ("{not json", "bad config.json")])
+def test_resume_of_a_folder_without_a_readable_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture, config, message: str) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    if config is not None:
+        (run / "config.json").write_text(config)
+    before = sorted(p.name for p in run.iterdir())
+    assert main(["--resume", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert sorted(p.name for p in run.iterdir()) == before
+
+
+def test_list_names_every_suite_and_method(capsys: pytest.CaptureFixture) -> None:
+    from rl_moe.continual.methods import METHODS
+
+    assert main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("suites: ") and all(s in out.splitlines()[0] for s in ("cw10", "cw20", "hb5", "smoke"))
+    assert all(f"  {name} " in out for name in METHODS)
+
+
 def test_bad_regularizer_kwarg_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["--suite", "smoke", "--method", "sphere", "--set", "reg.sphere.not_a_kwarg=1", "--out", str(tmp_path / "r")]) == 2
     assert "not_a_kwarg" in capsys.readouterr().err and not (tmp_path / "r").exists()
