@@ -59,6 +59,43 @@ def test_user_suite_file_and_errors(tmp_path: Path) -> None:
         load_suite(str(path))
 
 
+def _mutations() -> list[tuple[str, object, str]]:
+    """(what, how to break the smoke suite, expected message)."""
+    def setter(key, value):
+        return lambda d: d.__setitem__(key, value)
+
+    def no_bar(d):
+        d["tasks"] = [{k: v for k, v in t.items() if k != "success_bar"} for t in d["tasks"]]
+
+    return [
+        ("family", setter("family", "atari"), "unknown env family 'atari'"),
+        ("success", setter("success", {"type": "vibes"}), "unknown success type 'vibes'"),
+        ("no tasks", setter("tasks", []), "has no tasks"),
+        ("steps", setter("steps_per_task", 0), "must be > 0"),
+        ("episode", setter("episode_length", -1), "must be > 0"),
+        ("success bar", no_bar, "have no success_bar"),
+        ("malformed", setter("tasks", 7), "malformed suite"),
+    ]
+
+
+@pytest.mark.parametrize(("what", "mutate", "message"), _mutations(), ids=[m[0] for m in _mutations()])
+def test_broken_user_suites_are_usage_errors(tmp_path: Path, what: str, mutate, message: str) -> None:
+    data = json.loads((REPO / "envs" / "smoke.json").read_text())
+    mutate(data)
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match=message):
+        load_suite(str(path))
+
+
+@pytest.mark.parametrize(("text", "message"), [("{oops", "cannot read suite file"), ("[1, 2]", "must hold a JSON object")])
+def test_unreadable_user_suite_files(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=message):
+        load_suite(str(path))
+
+
 class _ScriptedEnv(gym.Env):
     """Emits scripted rewards / success flags; terminated as numpy.bool_ like HumanoidBench."""
 
