@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -315,6 +316,40 @@ def test_incompatible_and_bad_schema(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main([str(tmp_path / "c")]) == 2
     assert "missing key 'own_success'" in capsys.readouterr().err
     assert not (tmp_path / "b" / "report").exists()
+
+
+BAD_RESULTS = [
+    ("not an object", lambda d: [1, 2], "expected a JSON object"),
+    ("wrong type", lambda d: {**d, "seed": "zero"}, "key 'seed' has type str"),
+    ("bool as int", lambda d: {**d, "seed": True}, "key 'seed' has type bool"),
+    ("unknown protocol", lambda d: {**d, "protocol": "joint"}, "unknown protocol 'joint'; valid choices"),
+    ("unknown algo", lambda d: {**d, "algo": "sac"}, "unknown algo 'sac'; valid choices"),
+    ("no tasks", lambda d: {**d, "tasks": []}, "empty task list"),
+    ("too many rows", lambda d: {**d, "success_matrix": d["success_matrix"] * 2}, "success_matrix has 6 rows for 3 tasks"),
+    ("long row", lambda d: {**d, "success_matrix": [[0.0] * 4]}, "success_matrix row 0: expected a list of at most 3"),
+    ("ragged curve", lambda d: {**d, "eval_curves": {"reach": {"steps": [1, 2], "success": [0.0]}}}, "has 2 steps but 1 values"),
+]
+
+
+@pytest.mark.parametrize(("what", "break_it", "message"), BAD_RESULTS, ids=[b[0] for b in BAD_RESULTS])
+def test_malformed_results_are_named_errors(tmp_path: Path, what: str, break_it, message: str) -> None:
+    from rl_moe.report.loading import parse_results
+
+    with pytest.raises(ReportError, match=re.escape(message)):
+        parse_results(break_it(results("topk", "crl", 0, [1.0, 0.5, 0.0])), tmp_path / "results.json")
+
+
+@pytest.mark.parametrize(("setup", "message"), [("missing", "no such run folder"), ("other file", "not a run folder or results.json"), ("garbage", "unreadable results")])
+def test_unusable_report_paths(tmp_path: Path, setup: str, message: str) -> None:
+    target = tmp_path / "x"
+    if setup == "other file":
+        target = tmp_path / "notes.txt"
+        target.write_text("hi")
+    elif setup == "garbage":
+        target.mkdir()
+        (target / "results.json").write_text("{truncated")
+    with pytest.raises(ReportError, match=re.escape(message)):
+        load_runs([target])
 
 
 def test_unknown_method_names_choices(runs_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
