@@ -181,6 +181,27 @@ def test_vec_env_type_by_core_count() -> None:
         resolve_vec_env_type("ray", 8)
 
 
+def test_subproc_and_dummy_vec_envs_step_the_same_envs() -> None:
+    # Worker processes must build the same seeded envs as in-process ones (the factories pickle).
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    from rl_moe.continual.envs import make_vec_env
+
+    suite = load_suite("smoke")
+    firsts = {}
+    for kind, cls in (("dummy", DummyVecEnv), ("subproc", SubprocVecEnv)):
+        venv = make_vec_env(task_factories(suite, suite.tasks[0], 2, 3), kind)
+        try:
+            assert isinstance(venv, cls)
+            obs = venv.reset()
+            obs2, reward, _, _ = venv.step(np.zeros((2, 1), dtype=np.float32))
+            firsts[kind] = (obs, obs2, reward)
+        finally:
+            venv.close()
+    for a, b in zip(firsts["dummy"], firsts["subproc"]):
+        np.testing.assert_allclose(a, b)
+
+
 def test_smoke_factories_seed_envs_differently() -> None:
     suite = load_suite("smoke")
     f0, f1 = task_factories(suite, suite.tasks[0], 2, seed=11)
