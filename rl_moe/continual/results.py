@@ -10,6 +10,7 @@ import json
 import os
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,19 +20,29 @@ from rl_moe.continual.metrics import compute_cl_metrics, segment_aucs
 SCHEMA = 1
 
 
-def write_json_atomic(path: str | Path, data: Any) -> None:
-    """Write JSON to a temp file in the same folder, then ``os.replace`` it over ``path``."""
-    path = Path(path)
+def _replace_atomically(path: Path, write: Callable[[str], None]) -> None:
+    """``write(tmp)`` to a temp file in ``path``'s folder, then ``os.replace`` it over ``path``:
+    a reader never sees a half-written file."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2)
-            fh.write("\n")
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    """Write JSON to a temp file in the same folder, then ``os.replace`` it over ``path``."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as fh:
+            json.dump(data, fh, indent=2)
+            fh.write("\n")
+
+    _replace_atomically(Path(path), write)
 
 
 @dataclass
@@ -144,15 +155,7 @@ def save_regularizer_state(path: Path, state: dict[str, Any]) -> None:
     """``torch.save`` to a temp file in the same folder, then ``os.replace`` it over ``path``."""
     import torch
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    _replace_atomically(path, lambda tmp: torch.save(state, tmp))
 
 
 def load_regularizer_state(path: Path) -> dict[str, Any] | None:
