@@ -147,4 +147,4 @@ def test_learner_resolves_gradient_scaled_terms_exactly(n_terms: int):
             torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-7)
     assert float(total) == pytest.approx(float(full), rel=1e-5)
     for k, lam in enumerate(lams):
-        assert model._penalty_log[f"train/coef_scaled{k}"] == [pytest.approx(float(lam), rel=1e-5)]
+        assert model._penalty_log.values[f"train/coef_scaled{k}"] == [pytest.approx(float(lam), rel=1e-5)]

@@ -3,13 +3,63 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from rl_moe.regularizers.base import LossContext, Penalty, Regularizer, grads_norm
+
+
+class TermSink(Protocol):
+    """Where the learner logs each penalty term of a minibatch (loss and coefficient)."""
+
+    def add(self, name: str, loss: Tensor, coef: Tensor | float) -> None: ...
+
+
+class HostTermLog:
+    """Per-minibatch floats, averaged per update (one host read per term and minibatch)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, list[float]] = defaultdict(list)
+
+    def add(self, name: str, loss: Tensor, coef: Tensor | float) -> None:
+        self.values[f"train/loss_{name}"].append(float(loss.detach()))
+        self.values[f"train/coef_{name}"].append(float(coef))
+
+    def means(self) -> dict[str, float]:
+        out = {key: float(np.mean(v)) for key, v in self.values.items()}
+        self.values.clear()
+        return out
+
+
+class DeviceTermLog:
+    """Running sums kept on the device (no host sync per minibatch), read once per update.
+
+    The sums are updated in place, so a CUDA graph captured around :meth:`add` keeps adding into
+    the same tensors on every replay; the caller counts the minibatches.
+    """
+
+    def __init__(self) -> None:
+        self.sums: dict[str, Tensor] = {}
+
+    def add(self, name: str, loss: Tensor, coef: Tensor | float) -> None:
+        for key, value in ((f"train/loss_{name}", loss), (f"train/coef_{name}", coef)):
+            value = torch.as_tensor(value, dtype=loss.dtype, device=loss.device).detach()
+            if key not in self.sums:
+                self.sums[key] = torch.zeros((), dtype=loss.dtype, device=loss.device)
+            self.sums[key].add_(value)
+
+    def zero_(self) -> None:
+        for t in self.sums.values():
+            t.zero_()
+
+    def means(self, count: int) -> dict[str, float]:
+        if not self.sums or count == 0:
+            return {}
+        values = torch.stack(list(self.sums.values())).cpu().tolist()  # the one read per update
+        return {key: v / count for key, v in zip(self.sums, values)}
 
 
 class RegularizedMixin:
@@ -24,7 +74,7 @@ class RegularizedMixin:
 
     def _init_regularizers(self, regularizers: Sequence[Regularizer]) -> None:
         self.regularizers = list(regularizers)
-        self._penalty_log: dict[str, list[float]] = defaultdict(list)
+        self._penalty_log = HostTermLog()
 
     def _excluded_save_params(self) -> list[str]:
         # Regularizers hold references into the policy and are rebuilt by the caller on load.
@@ -42,7 +92,9 @@ class RegularizedMixin:
         for reg in self.regularizers:
             reg.on_task_start(self, task_index)  # type: ignore[arg-type]
 
-    def _backward(self, ctx: LossContext, reference: Tensor, rest: Tensor, params: Iterable[nn.Parameter]) -> Tensor:
+    def _backward(
+        self, ctx: LossContext, reference: Tensor, rest: Tensor, params: Iterable[nn.Parameter], sink: TermSink | None = None
+    ) -> Tensor:
         """Backpropagate ``reference + rest + sum(coef * penalty)`` into ``.grad``; return the total.
 
         This is the one place where extra loss terms enter an update. ``reference`` is the loss
@@ -50,8 +102,10 @@ class RegularizedMixin:
         ``rest`` the other base terms. A :class:`GradScale` term is resolved here: the gradient of
         ``reference`` is computed once, used both for its norm and as the update, and the
         penalty's gradient is scaled and added, so an adaptive term costs one extra backward of
-        the penalty only.
+        the penalty only. Coefficients stay tensors, so nothing here reads the device unless
+        ``sink`` does (the default sink, :class:`HostTermLog`, reads each term once).
         """
+        sink = self._penalty_log if sink is None else sink
         scaled: list[Penalty] = []
         for reg in self.regularizers:
             for term in reg.penalty(ctx):
@@ -59,21 +113,23 @@ class RegularizedMixin:
                     scaled.append(term)
                     continue
                 coef = 0.0 if term.scale is not None else term.coef
-                self._log_term(term, coef)
+                sink.add(term.name, term.loss, coef)
                 # Skipping zero coefficients keeps rho=0 runs bit-identical to unregularized ones.
-                if coef != 0.0:
+                if isinstance(coef, Tensor) or coef != 0.0:
                     rest = rest + coef * term.loss
         if not scaled:
             total = reference + rest
             total.backward()
             return total.detach()
-        return self._backward_scaled(reference, rest, scaled, [p for p in params if p.requires_grad])
+        return self._backward_scaled(reference, rest, scaled, [p for p in params if p.requires_grad], sink)
 
-    def _backward_scaled(self, reference: Tensor, rest: Tensor, scaled: list[Penalty], params: list[nn.Parameter]) -> Tensor:
+    def _backward_scaled(
+        self, reference: Tensor, rest: Tensor, scaled: list[Penalty], params: list[nn.Parameter], sink: TermSink
+    ) -> Tensor:
         grads = list(torch.autograd.grad(reference, params, retain_graph=True, allow_unused=True))
         index = {id(p): i for i, p in enumerate(params)}
         total = reference.detach() + rest.detach()
-        updates: list[tuple[float, tuple[Tensor | None, ...]]] = []
+        updates: list[tuple[Tensor, tuple[Tensor | None, ...]]] = []
         for term in scaled:  # every norm is taken before ``grads`` is updated in place below
             s = term.scale
             assert s is not None
@@ -83,17 +139,17 @@ class RegularizedMixin:
                 ref_norm = grads_norm(grads[i] for i in sel)
             else:
                 ref_norm = grads_norm(torch.autograd.grad(s.reference, [params[i] for i in sel], retain_graph=True, allow_unused=True))
-            coef = float(s.rho * ref_norm / (grads_norm(pen[i] for i in sel) + s.eps))
+            coef = (s.rho * ref_norm / (grads_norm(pen[i] for i in sel) + s.eps)).detach()  # () tensor
             if s.on_resolve is not None:
                 s.on_resolve(coef)
-            self._log_term(term, coef)
+            sink.add(term.name, term.loss, coef)
             updates.append((coef, pen))
             total = total + coef * term.loss.detach()
         # In place: with many experts these are the largest tensors of the update.
         for coef, pen in updates:
             for i, g in enumerate(pen):
                 if g is not None:
-                    grads[i] = g.mul_(coef) if grads[i] is None else grads[i].add_(g, alpha=coef)
+                    grads[i] = g.mul_(coef) if grads[i] is None else grads[i].addcmul_(g, coef)
         if rest.requires_grad:
             rest.backward()
         for p, g in zip(params, grads):
@@ -126,15 +182,11 @@ class RegularizedMixin:
         for reg in self.regularizers:
             reg.after_update(self, phase)  # type: ignore[arg-type]
 
-    def _log_term(self, term: Penalty, coef: float) -> None:
-        self._penalty_log[f"train/loss_{term.name}"].append(float(term.loss.detach()))
-        self._penalty_log[f"train/coef_{term.name}"].append(coef)
-
-    def _record_regularizer_logs(self) -> None:
+    def _record_regularizer_logs(self, term_means: dict[str, float] | None = None) -> None:
+        """Log the penalty terms (means over the update) and each regularizer's own scalars."""
         logger: Any = self.logger  # type: ignore[attr-defined]
-        for key, values in self._penalty_log.items():
-            logger.record(key, float(np.mean(values)))
-        self._penalty_log.clear()
+        for key, value in (self._penalty_log.means() if term_means is None else term_means).items():
+            logger.record(key, value)
         for reg in self.regularizers:
             for key, value in reg.logs().items():
                 logger.record(f"train/{key}", value)

@@ -16,6 +16,8 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.utils import explained_variance
 
 from rl_moe.algos.common import RegularizedMixin
+from rl_moe.algos.fast import FAST_MODES, FastPPOUpdate, no_distribution_checks, unsupported_reason
+from rl_moe.nn.static import static_shapes
 from rl_moe.regularizers.base import LossContext, Regularizer
 
 
@@ -25,17 +27,68 @@ class MoEPPO(RegularizedMixin, PPO):
     :param policy: policy class or name (e.g. :class:`~rl_moe.policies.MoEActorCriticPolicy`)
     :param env: environment
     :param regularizers: objects implementing :class:`~rl_moe.regularizers.Regularizer`
+    :param fast_update: ``auto`` (default): the sync-free update of :mod:`rl_moe.algos.fast` (static
+        MoE shapes, CUDA graphs) on CUDA when the run supports it, else the standard one; ``on``:
+        also on a CPU (eager); ``off``: always the standard update
+    :param cuda_graphs: with the fast update on CUDA, replay each minibatch step from a CUDA graph
     :param kwargs: any :class:`stable_baselines3.PPO` argument
     """
 
-    def __init__(self, policy: Any, env: Any, regularizers: Sequence[Regularizer] = (), **kwargs: Any) -> None:
+    def __init__(
+        self,
+        policy: Any,
+        env: Any,
+        regularizers: Sequence[Regularizer] = (),
+        fast_update: str = "auto",
+        cuda_graphs: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        if fast_update not in FAST_MODES:
+            raise ValueError(f"unknown fast_update {fast_update!r}; valid choices: {', '.join(FAST_MODES)}")
+        self.fast_update, self.cuda_graphs = fast_update, cuda_graphs
+        self._fast: FastPPOUpdate | None = None
         self._init_regularizers(regularizers)
         super().__init__(policy, env, **kwargs)
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "_fast"]
 
     def _last_outputs(self) -> tuple[Any, Any]:
         return getattr(self.policy, "last_actor_output", None), getattr(self.policy, "last_critic_output", None)
 
+    def fast_path_reason(self) -> str | None:
+        """Why this learner runs the standard update (None when it runs the fast one)."""
+        if self.fast_update == "off":
+            return "fast_update='off'"
+        if self.fast_update == "auto" and self.device.type != "cuda":
+            return f"device {self.device.type} (fast_update='auto' uses it on cuda only)"
+        return unsupported_reason(self)
+
+    def _fast_updater(self) -> FastPPOUpdate | None:
+        if self.fast_path_reason() is not None:
+            self._fast = None
+            return None
+        if self._fast is None or self._fast.algo.policy is not self.policy:
+            self._fast = FastPPOUpdate(self, cuda_graphs=self.cuda_graphs)
+        return self._fast
+
+    def collect_rollouts(self, *args: Any, **kwargs: Any) -> bool:
+        fast = self._fast_updater()
+        if fast is None:
+            return super().collect_rollouts(*args, **kwargs)
+        # Acting without a host sync per distribution check, and with static MoE shapes where
+        # the update uses them (a handful of states per step: sorting rows costs more than it saves).
+        with no_distribution_checks(), static_shapes(fast.static):
+            return super().collect_rollouts(*args, **kwargs)
+
     def train(self) -> None:
+        fast = self._fast_updater()
+        if fast is not None:
+            fast.train()
+            return
+        self._train_standard()
+
+    def _train_standard(self) -> None:
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]

@@ -14,7 +14,8 @@ from rl_moe.nn.moe import (
     load_balance_loss,
     width_multiplier_for_params,
 )
-from rl_moe.nn.routing import ROUTERS, Dispatch, Routing, make_dispatch
+from rl_moe.nn.routing import ROUTERS, Dispatch, Routing, make_dispatch, static_dispatch
+from rl_moe.nn.static import static_shapes, static_shapes_enabled
 
 __all__ = [
     "ACTIVATIONS",
@@ -36,5 +37,8 @@ __all__ = [
     "load_balance_loss",
     "make_dispatch",
     "segment_matmul",
+    "static_dispatch",
+    "static_shapes",
+    "static_shapes_enabled",
     "width_multiplier_for_params",
 ]

@@ -144,6 +144,34 @@ class StackedExperts(nn.Module):
         linear.append(out)
         return ExpertPass(out, tuple(hidden), tuple(pre), tuple(inputs), tuple(linear), tuple(normed))
 
-    def expert_parameters(self, e: int) -> list[Tensor]:
-        """Views of expert e's weight matrices (in, out), layer by layer (for diagnostics)."""
-        return [w[e] for w in self.weights]
+    def forward_all(self, x: Tensor) -> ExpertPass:
+        """Every expert on every row, with batched matmuls (the static-shape layout).
+
+        :param x: (N, in) rows shared by all experts, or (E, N, in) one slab per expert
+        :return: an :class:`ExpertPass` whose rows are expert-major, R = E * N
+        """
+        act = ACTIVATION_FNS[self.activation]
+        e = self.n_experts
+        hidden: list[Tensor] = []
+        pre: list[Tensor] = []
+        inputs: list[Tensor] = []
+        linear: list[Tensor] = []
+        normed: list[Tensor] = []
+        h = x if x.dim() == 3 else x.expand(e, *x.shape)  # (E, N, in), a view
+        n = h.shape[1]
+        flat = lambda t: t.reshape(e * n, t.shape[-1])  # noqa: E731  (E, N, D) -> (E*N, D)
+        for layer in range(len(self.hidden_dims)):
+            inputs.append(flat(h))
+            z = torch.baddbmm(self.biases[layer][:, None, :], h, self.weights[layer])  # (E, N, H)
+            linear.append(flat(z))
+            if self.layer_norm:
+                nz = F.layer_norm(z, z.shape[-1:])
+                normed.append(flat(nz))
+                z = nz * self.ln_weights[layer][:, None, :] + self.ln_biases[layer][:, None, :]
+            pre.append(flat(z))
+            h = act(z)
+            hidden.append(flat(h))
+        inputs.append(flat(h))
+        out = torch.baddbmm(self.biases[-1][:, None, :], h, self.weights[-1])  # (E, N, D)
+        linear.append(flat(out))
+        return ExpertPass(flat(out), tuple(hidden), tuple(pre), tuple(inputs), tuple(linear), tuple(normed))

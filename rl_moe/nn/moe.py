@@ -14,7 +14,8 @@ from torch import Tensor, nn
 
 from rl_moe.nn.config import NetConfig
 from rl_moe.nn.experts import ACTIVATION_FNS, ACTIVATION_GAINS, ExpertPass, StackedExperts
-from rl_moe.nn.routing import ROUTERS, Dispatch, Routing, full_dispatch, make_dispatch
+from rl_moe.nn.routing import ROUTERS, Dispatch, Routing, full_dispatch, make_dispatch, static_dispatch
+from rl_moe.nn.static import static_shapes_enabled
 
 
 class ExpertGroup(NamedTuple):
@@ -52,8 +53,23 @@ class MoEOutput(NamedTuple):
 
 
 def _combine(dispatch: Dispatch, expert_out: Tensor, out_dim: int) -> Tensor:
+    if dispatch.static:  # expert-major (E*N, D): a weighted sum over the expert axis
+        e, n = dispatch.n_experts, dispatch.n_samples
+        return torch.einsum("en,end->nd", dispatch.weight.view(e, n), expert_out.view(e, n, out_dim))
     weighted = dispatch.weight[:, None] * expert_out  # (R, D)
     return expert_out.new_zeros(dispatch.n_samples, out_dim).index_add(0, dispatch.sample_idx, weighted)
+
+
+def run_routed(experts: StackedExperts, x: Tensor, routing: Routing) -> tuple[Tensor, ExpertGroup]:
+    """The experts on their routed rows: sorted segments (default) or, in static-shape mode
+    (:mod:`rl_moe.nn.static`), every expert on every state with zero weight off the selected set."""
+    if static_shapes_enabled():
+        dispatch = static_dispatch(routing)
+        ep = experts.forward_all(x)
+    else:
+        dispatch = make_dispatch(routing)
+        ep = experts(x[dispatch.sample_idx], dispatch.counts, dispatch.expert_idx)
+    return _combine(dispatch, ep.out, experts.out_dim), ExpertGroup(dispatch, ep)
 
 
 def load_balance_loss(logits: Tensor, mask: Tensor) -> Tensor:
@@ -113,15 +129,13 @@ class RoutedMoE(nn.Module):
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor, Routing]:
         emb, logits = self.gate(x)
-        return emb, logits, self.router(logits, self.cfg.top_k, self.cfg.temperature)
+        return emb, logits, self.router(logits, self.cfg.top_k, self.cfg.temperature, static_shapes_enabled())
 
     def forward(self, x: Tensor) -> MoEOutput:
         emb, logits, routing = self.route(x)
-        dispatch = make_dispatch(routing)
-        ep = self.experts(x[dispatch.sample_idx], dispatch.counts, dispatch.expert_idx)
-        out = _combine(dispatch, ep.out, self.out_dim)
+        out, group = run_routed(self.experts, x, routing)
         aux = {"load_balance": load_balance_loss(logits, routing.mask)}
-        return MoEOutput(out, routing.probs, routing.indices, logits, emb, (ExpertGroup(dispatch, ep),), aux)
+        return MoEOutput(out, routing.probs, routing.indices, logits, emb, (group,), aux)
 
 
 def expert_param_count(in_dim: int, hidden: tuple[int, ...], out_dim: int, layer_norm: bool) -> int:
@@ -178,14 +192,12 @@ class DSMoE(nn.Module):
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor, Routing]:
         emb, logits = self.gate(x)
-        return emb, logits, ROUTERS["topk"](logits, self.routed_k, self.cfg.temperature)
+        return emb, logits, ROUTERS["topk"](logits, self.routed_k, self.cfg.temperature, static_shapes_enabled())
 
     def forward(self, x: Tensor) -> MoEOutput:
         emb, logits, routing = self.route(x)
-        dispatch = make_dispatch(routing)
-        ep = self.experts(x[dispatch.sample_idx], dispatch.counts, dispatch.expert_idx)
-        out = _combine(dispatch, ep.out, self.out_dim)
-        groups = [ExpertGroup(dispatch, ep)]
+        out, group = run_routed(self.experts, x, routing)
+        groups = [group]
         if self.shared is not None:
             n, s = x.shape[0], self.cfg.n_shared
             sd = full_dispatch(n, s, x.new_ones(n, s))
@@ -224,7 +236,10 @@ class SoftMoE(nn.Module):
         slots = torch.einsum("nte,ntd->end", dispatch_w, tokens)  # (E, N, d)
         probs = combine_w.mean(dim=1)  # (N, E)
         dispatch = full_dispatch(n, e, probs)
-        ep = self.experts(slots.reshape(e * n, d), dispatch.counts, dispatch.expert_idx)
+        if static_shapes_enabled():
+            ep = self.experts.forward_all(slots)
+        else:
+            ep = self.experts(slots.reshape(e * n, d), dispatch.counts, dispatch.expert_idx)
         out = _combine(dispatch, ep.out, self.out_dim)
         mask = torch.ones_like(probs, dtype=torch.bool)
         indices = torch.arange(e, device=x.device).expand(n, e)

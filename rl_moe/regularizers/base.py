@@ -34,19 +34,20 @@ class GradScale(NamedTuple):
     reference: Tensor
     params: tuple[nn.Parameter, ...]
     eps: float = 1e-8
-    #: Called with the resolved coefficient (e.g. to reuse it on later minibatches).
-    on_resolve: Callable[[float], None] | None = None
+    #: Called with the resolved coefficient, a detached () tensor (e.g. to reuse it later).
+    on_resolve: Callable[[Tensor], None] | None = None
 
 
 class Penalty(NamedTuple):
-    """A named loss term; the learner adds ``coef * loss`` (``coef`` is a detached float).
+    """A named loss term; the learner adds ``coef * loss`` (``coef`` is a float or a detached ()
+    tensor: a tensor needs no host read, which the sync-free GPU update requires).
 
     With ``scale`` set, ``coef`` is ignored and the learner sets it from gradient norms.
     """
 
     name: str
     loss: Tensor
-    coef: float
+    coef: float | Tensor
     scale: GradScale | None = None
 
 
@@ -62,6 +63,8 @@ class LossContext:
     :param losses: the base loss terms (PPO: ``policy``, ``value``, ``entropy``, ``actor`` = policy
         + entropy term; TD3: ``critic`` or ``actor``), still attached to the graph
     :param extra: anything else a learner wants to pass on
+    :param sync_free: the step runs without host syncs (and may be captured in a CUDA graph):
+        a penalty must not read tensors back to the host nor branch on their values
     """
 
     algo: "BaseAlgorithm"
@@ -71,6 +74,7 @@ class LossContext:
     critic_out: "MoEOutput | None" = None
     losses: dict[str, Tensor] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    sync_free: bool = False
 
 
 class Regularizer:
@@ -80,6 +84,13 @@ class Regularizer:
     """
 
     name: str = "regularizer"
+
+    @property
+    def graph_safe(self) -> bool:
+        """Whether :meth:`penalty` can run sync-free and be replayed from a CUDA graph: no host
+        reads, no Python state that must change between minibatches, no ``after_update`` work
+        that does either. Learners fall back to their standard update when any is not."""
+        return False
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         """Loss terms for this minibatch (empty when the phase does not concern it)."""
@@ -131,7 +142,7 @@ def scaled_coef(term: Penalty) -> float:
     s = term.scale
     coef = grad_ratio_coef(s.rho, s.reference, term.loss, s.params, s.eps)
     if s.on_resolve is not None:
-        s.on_resolve(coef)
+        s.on_resolve(torch.tensor(coef))
     return coef
 
 

@@ -62,7 +62,10 @@ def dense_phi(blocks: Sequence[FeatureBlock]) -> Tensor:
     cols = []
     for b in blocks:
         d, f = b.dispatch, b.scaled()  # f: (R, H)
-        dense = f.new_zeros(d.n_samples, d.n_experts, f.shape[1]).index_put((d.sample_idx, d.expert_idx), f)
+        if d.static:  # expert-major, every pair present: a reshape
+            dense = f.view(d.n_experts, d.n_samples, f.shape[1]).transpose(0, 1)
+        else:
+            dense = f.new_zeros(d.n_samples, d.n_experts, f.shape[1]).index_put((d.sample_idx, d.expert_idx), f)
         cols.append(dense.reshape(d.n_samples, -1))  # (N, E*H)
     return torch.cat(cols, dim=1)
 
@@ -90,9 +93,15 @@ def gram_stats(blocks: Sequence[FeatureBlock], space: str = "auto") -> GramStats
     use_feature = space == "feature" or (space == "auto" and m <= n)
     if use_feature:
         gram = feature_gram(blocks)
-        return GramStats(gram.pow(2).sum(), gram.diagonal().sum(), m, n, gram)
-    fro2, trace, gram = sample_gram_stats(blocks)
-    return GramStats(fro2, trace, m, n, gram)
+    elif all(b.dispatch.static for b in blocks):
+        # Static layout (GPU path): Phi is a reshape, and one (N, m) x (m, N) matmul beats the
+        # per-expert kernels, which need the routed counts on the host.
+        phi = dense_phi(blocks)  # (N, m)
+        gram = phi @ phi.t() / n
+    else:
+        fro2, trace, gram = sample_gram_stats(blocks)
+        return GramStats(fro2, trace, m, n, gram)
+    return GramStats(gram.pow(2).sum(), gram.diagonal().sum(), m, n, gram)
 
 
 def per_expert_stats(blocks: Sequence[FeatureBlock]) -> list[GramStats]:
@@ -104,6 +113,11 @@ def per_expert_stats(blocks: Sequence[FeatureBlock]) -> list[GramStats]:
     out = []
     for b in blocks:
         d, h = b.dispatch, b.feats.shape[1]
+        if d.static:  # every expert's (N, N) Gram in one bmm; idle rows are scaled to zero
+            f = b.scaled().view(d.n_experts, d.n_samples, h)  # (E, N, H)
+            g = torch.bmm(f, f.transpose(1, 2)) / d.n_samples  # (E, N, N)
+            out.append(GramStats(g.pow(2).sum((1, 2)), g.diagonal(dim1=1, dim2=2).sum(1), h, d.n_samples, g.new_zeros(0)))
+            continue
         plan = _plan(d, h)
         p = b.feats.index_select(0, plan.rows)  # (T, H)
         valid = b.feats.new_zeros(plan.row_off[-1]).index_fill(0, plan.slot_of_row, 1.0)  # (T,) 0 on pads

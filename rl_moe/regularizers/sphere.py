@@ -136,7 +136,7 @@ def feature_blocks(out: MoEOutput, layers: tuple[int, ...], weighted: bool) -> l
     for g in out.groups:
         hs = [g.expert.hidden[i] for i in layers]
         feats = hs[0] if len(hs) == 1 else torch.cat(hs, dim=1)  # (R, sum H)
-        blocks.append(FeatureBlock(g.dispatch, feats, g.dispatch.weight if weighted else None))
+        blocks.append(FeatureBlock(g.dispatch, feats, g.dispatch.row_scale(weighted)))
     return blocks
 
 
@@ -144,14 +144,14 @@ def _coef_fixed(rho: float, ref: Tensor, loss: Tensor, eps: float) -> float:
     return float(rho)
 
 
-def _coef_loss_ratio(rho: float, ref: Tensor, loss: Tensor, eps: float) -> float:
-    return float(rho * ref.detach().abs() / (loss.detach() + eps))
+def _coef_loss_ratio(rho: float, ref: Tensor, loss: Tensor, eps: float) -> Tensor:
+    return rho * ref.detach().abs() / (loss.detach() + eps)  # () tensor: no host read
 
 
 #: Coefficient rules computed from the losses alone: coef_mode -> (rho, reference, penalty, eps) -> lambda.
 #: ``adaptive`` needs gradient norms: per minibatch the learner resolves a :class:`GradScale`;
 #: with ``ratio_every > 1`` the ratio is computed directly and reused.
-LOSS_COEF_RULES: dict[str, Callable[[float, Tensor, Tensor, float], float]] = {
+LOSS_COEF_RULES: dict[str, Callable[[float, Tensor, Tensor, float], float | Tensor]] = {
     "fixed": _coef_fixed,
     "loss_ratio": _coef_loss_ratio,
 }
@@ -175,13 +175,24 @@ class Sphere(Regularizer):
         self.roles = check_target(self.config.placement, "placement")
         self._calls = 0
         self._last: dict[str, float] = {}
-        self._ratios: dict[str, float] = {}
+        self._ratios: dict[str, float | Tensor] = {}
+        self._sync_free = False
+        self._last_gram: Tensor | None = None  # the sync-free path's latest A_last Gram, ranked in logs()
+
+    @property
+    def graph_safe(self) -> bool:
+        """Sync-free except when the ratio is reused across minibatches (``ratio_every > 1``
+        counts calls in Python) or per-expert penalties use a fixed target (idle experts would
+        need the routed counts on the host)."""
+        cfg = self.config
+        return (cfg.ratio_every == 1 or cfg.coef_mode != "adaptive") and not (cfg.per_expert and cfg.alpha is not None)
 
     def _term_name(self, role: str) -> str:
         return self.name if len(self.roles) == 1 else f"{self.name}_{role}"
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         cfg = self.config
+        self._sync_free = ctx.sync_free
         terms = []
         for role in active_roles(ctx.phase, self.roles):
             pairs = role_outputs(ctx, role)
@@ -205,10 +216,10 @@ class Sphere(Regularizer):
         """Whether the gradient-norm ratio of ``role`` is due (every ``ratio_every`` calls)."""
         return self.config.ratio_every == 1 or role not in self._ratios or self._calls % self.config.ratio_every == 0
 
-    def _store_ratio(self, role: str, coef: float) -> None:
+    def _store_ratio(self, role: str, coef: Tensor) -> None:
         self._ratios[role] = coef / self.config.rho
 
-    def _coefficient(self, role: str, ref: Tensor, loss: Tensor) -> float:
+    def _coefficient(self, role: str, ref: Tensor, loss: Tensor) -> float | Tensor:
         cfg = self.config
         if cfg.coef_mode == "adaptive":  # between refreshes: the last resolved ratio
             return cfg.rho * self._ratios[role]
@@ -258,18 +269,23 @@ class Sphere(Regularizer):
             stats_per_stack = per_expert_stats(blocks)
             return sum((sphere_value(s, cfg.alpha).sum() for s in stats_per_stack), start=blocks[0].feats.new_zeros(()))
         stats = gram_stats(blocks, cfg.space)
-        if log_rank and cfg.rank_every and self._calls % cfg.rank_every == 0:
-            self._last["sphere_feature_rank"] = effective_rank(stats.gram)
+        if log_rank and cfg.rank_every:
+            if self._sync_free:  # an eigvalsh reads the device: rank the latest Gram once per update
+                self._last_gram = stats.gram.detach()
+            elif self._calls % cfg.rank_every == 0:
+                self._last["sphere_feature_rank"] = effective_rank(stats.gram)
         return sphere_value(stats, cfg.alpha)
 
     def logs(self) -> dict[str, float]:
         """``sphere_feature_rank``: r_e(A_last) at the latest sampled call (loss and lambda are
         logged by the learner as ``train/loss_sphere`` and ``train/coef_sphere``)."""
+        if self._last_gram is not None:
+            self._last["sphere_feature_rank"] = effective_rank(self._last_gram)
         return dict(self._last)
 
     def state_dict(self, policy: Any) -> dict[str, Any]:
         # The call count drives rank_every and ratio_every; the ratios are reused in between.
-        return {"calls": self._calls, "ratios": dict(self._ratios)}
+        return {"calls": self._calls, "ratios": {k: float(v) for k, v in self._ratios.items()}}
 
     def load_state_dict(self, state: dict[str, Any], policy: Any) -> None:
         self._calls = int(state["calls"])

@@ -1,0 +1,329 @@
+"""Sync-free PPO update: device-resident rollout, device minibatch indices, device logs, CUDA graphs.
+
+The same maths as :meth:`rl_moe.algos.MoEPPO.train` (SB3's PPO, Schulman et al. 2017, plus the
+regularizer terms), arranged so that the GPU never waits for Python:
+
+- the rollout is copied to the device once per update, into buffers allocated once;
+- each epoch draws its permutation on the device, and a minibatch is a gather by a device index;
+- MoE layers run in the static-shape layout (:mod:`rl_moe.nn.static`): every expert in one batched
+  matmul, weighted by the routing, with no ``nonzero``/``tolist``;
+- losses, clip fractions, KL and the regularizer terms are summed on the device and read once;
+- learning rate and clip range are device tensors refreshed once per update, the optimizer is a
+  capturable Adam, so on CUDA the whole minibatch step (forward, PPO loss, regularizers including
+  SPHERE's adaptive-lambda extra backward, clipping, Adam) is captured once as a CUDA graph and
+  replayed for every minibatch.
+
+``MoEPPO(..., fast_update="auto")`` uses it on CUDA when everything in the update supports it
+(:func:`unsupported_reason`) and the standard update otherwise; ``"on"`` also runs it on a CPU
+(eagerly, without graphs), ``"off"`` never.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.type_aliases import RolloutBufferSamples
+from torch import Tensor
+
+from rl_moe.algos.common import DeviceTermLog
+from rl_moe.nn.static import static_shapes
+from rl_moe.regularizers.base import LossContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rl_moe.algos.ppo import MoEPPO
+
+#: ``fast_update`` choices.
+FAST_MODES: tuple[str, ...] = ("auto", "on", "off")
+#: Warm-up steps before a capture: the allocator and cuBLAS settle, Adam creates its state.
+_WARMUP = 3
+#: Columns of the per-update statistics accumulated on the device.
+_STATS = ("policy_gradient_loss", "value_loss", "entropy_loss", "clip_fraction")
+
+
+@contextmanager
+def no_distribution_checks() -> Iterator[None]:
+    """Skip torch.distributions' argument validation, a host sync per distribution built.
+
+    The check only guards against non-finite parameters; the learner's NaN guard does that once
+    per update instead.
+    """
+    previous = torch.distributions.Distribution._validate_args
+    torch.distributions.Distribution.set_default_validate_args(False)
+    try:
+        yield
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(previous)
+
+
+def unsupported_reason(algo: "MoEPPO") -> str | None:
+    """Why the sync-free update cannot run this learner (None when it can)."""
+    if not isinstance(algo.rollout_buffer, RolloutBuffer) or type(algo.rollout_buffer) is not RolloutBuffer:
+        return f"rollout buffer {type(algo.rollout_buffer).__name__} (only RolloutBuffer)"
+    if algo.use_sde:
+        return "gSDE exploration"
+    if algo.target_kl is not None:
+        return "target_kl early stopping (a host read per minibatch)"
+    unsafe = [reg.name for reg in algo.regularizers if not reg.graph_safe]
+    if unsafe:
+        return f"regularizers {', '.join(unsafe)} need host reads"
+    return None
+
+
+@dataclass
+class _Rollout:
+    """The rollout flattened as SB3's ``RolloutBuffer.get`` does, resident on the device."""
+
+    obs: Tensor  # (T, *obs_shape)
+    actions: Tensor  # (T, act_dim)
+    old_values: Tensor  # (T,)
+    old_log_prob: Tensor  # (T,)
+    advantages: Tensor  # (T,)
+    returns: Tensor  # (T,)
+
+    @staticmethod
+    def arrays(buffer: RolloutBuffer) -> tuple[Any, ...]:
+        return buffer.observations, buffer.actions, buffer.values, buffer.log_probs, buffer.advantages, buffer.returns
+
+    @classmethod
+    def allocate(cls, buffer: RolloutBuffer, device: torch.device) -> "_Rollout":
+        return cls(*(torch.empty(_flat_shape(a), dtype=torch.float32, device=device) for a in cls.arrays(buffer)))
+
+    def fill(self, buffer: RolloutBuffer) -> None:
+        """One host-to-device copy per array (SB3's swap_and_flatten: env-major rows)."""
+        for dst, src in zip(self.tensors(), self.arrays(buffer)):
+            host = torch.from_numpy(src).transpose(0, 1).reshape(dst.shape)
+            dst.copy_(host.to(torch.float32), non_blocking=False)
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        return self.obs, self.actions, self.old_values, self.old_log_prob, self.advantages, self.returns
+
+
+def _flat_shape(array: Any) -> tuple[int, ...]:
+    """(n_steps, n_envs, *rest) -> (n_envs * n_steps, *rest); per-step scalars become (T,)."""
+    shape = array.shape
+    return (shape[0] * shape[1], *shape[2:])
+
+
+class _Graph(NamedTuple):
+    graph: Any  # torch.cuda.CUDAGraph
+    index: Tensor  # (B,) the captured minibatch index buffer
+
+
+class FastPPOUpdate:
+    """The sync-free update of one :class:`~rl_moe.algos.MoEPPO` learner (see the module docstring).
+
+    :param algo: the learner
+    :param cuda_graphs: capture the minibatch step as a CUDA graph (CUDA only)
+    :param static: static-shape MoE layers (default: on CUDA only, where they are faster)
+    """
+
+    def __init__(self, algo: "MoEPPO", cuda_graphs: bool = True, static: bool | None = None) -> None:
+        self.algo = algo
+        self.device = algo.device
+        self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        self.static = self.device.type == "cuda" if static is None else static
+        if self.cuda_graphs and not self.static:
+            raise ValueError("CUDA graphs need static-shape MoE layers; got static=False")
+        self.rollout = _Rollout.allocate(algo.rollout_buffer, self.device)
+        self.terms = DeviceTermLog()
+        self.stats = torch.zeros(len(_STATS), device=self.device)  # summed over the update
+        self.kl = torch.zeros((), device=self.device)  # summed over the current epoch
+        self.total = torch.zeros((), device=self.device)  # the last minibatch's total loss
+        self.clip_range = torch.zeros((), device=self.device)
+        self.clip_range_vf = torch.zeros((), device=self.device)
+        #: Minibatch order of an epoch: (rows, device) -> (rows,) long on the device. Tests swap in
+        #: SB3's numpy permutation to compare with the standard update minibatch by minibatch.
+        self.permutation = lambda n, device: torch.randperm(n, device=device)
+        self.graphs: dict[int, _Graph] = {}
+        self._graph_key: tuple[Any, ...] | None = None
+        if self.cuda_graphs:
+            self._make_capturable()
+
+    # --- one update ---------------------------------------------------------------------------
+
+    def train(self) -> None:
+        """One PPO update over the rollout buffer (replaces ``MoEPPO.train``)."""
+        algo = self.algo
+        algo.policy.set_training_mode(True)
+        lr = algo.lr_schedule(algo._current_progress_remaining)
+        self._set_learning_rate(lr)
+        clip_range = float(algo.clip_range(algo._current_progress_remaining))  # type: ignore[operator]
+        clip_range_vf = None if algo.clip_range_vf is None else float(algo.clip_range_vf(algo._current_progress_remaining))  # type: ignore[operator]
+        self.clip_range.fill_(clip_range)
+        self.clip_range_vf.fill_(0.0 if clip_range_vf is None else clip_range_vf)
+        self.rollout.fill(algo.rollout_buffer)
+        self.stats.zero_()
+        self.terms.zero_()
+        n_rows = self.rollout.old_values.shape[0]
+        n_minibatches = 0
+        last_epoch_batches = 0
+        for _ in range(algo.n_epochs):
+            self.kl.zero_()
+            perm = self.permutation(n_rows, self.device)
+            last_epoch_batches = 0
+            for start in range(0, n_rows, algo.batch_size):
+                self._run_minibatch(perm[start : start + algo.batch_size])
+                algo._after_update("ppo")
+                n_minibatches += 1
+                last_epoch_batches += 1
+            algo._n_updates += 1
+        self._log(lr, clip_range, clip_range_vf, n_minibatches, last_epoch_batches)
+
+    def _run_minibatch(self, index: Tensor) -> None:
+        if not self.cuda_graphs:
+            self.step(index)
+            return
+        key = self._current_key()
+        if key != self._graph_key:
+            self.graphs.clear()
+            self._graph_key = key
+        size = index.shape[0]
+        if size not in self.graphs:
+            self.graphs[size] = self._capture(index)
+        g = self.graphs[size]
+        g.index.copy_(index)
+        g.graph.replay()
+
+    def step(self, index: Tensor) -> None:
+        """Forward, PPO loss, regularizer terms, backward, clipping and the optimizer step of the
+        minibatch ``index`` (a device tensor); statistics are added to the device sums."""
+        algo, r = self.algo, self.rollout
+        policy = algo.policy
+        obs, actions = r.obs[index], r.actions[index]
+        old_values, old_log_prob, returns = r.old_values[index], r.old_log_prob[index], r.returns[index]
+        if isinstance(algo.action_space, spaces.Discrete):
+            actions = actions.long().flatten()
+        with static_shapes(self.static), no_distribution_checks():
+            values, log_prob, entropy = policy.evaluate_actions(obs, actions)
+            values = values.flatten()
+            advantages = r.advantages[index]
+            if algo.normalize_advantage and len(advantages) > 1:
+                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            ratio = torch.exp(log_prob - old_log_prob)
+            clip = self.clip_range
+            surrogate = torch.min(advantages * ratio, advantages * torch.clamp(ratio, 1 - clip, 1 + clip))
+            policy_loss = -surrogate.mean()
+            if algo.clip_range_vf is None:
+                values_pred = values
+            else:
+                values_pred = old_values + torch.clamp(values - old_values, -self.clip_range_vf, self.clip_range_vf)
+            value_loss = F.mse_loss(returns, values_pred)
+            entropy_loss = torch.mean(log_prob) if entropy is None else -torch.mean(entropy)
+            actor_loss = policy_loss + algo.ent_coef * entropy_loss
+            actor_out, critic_out = algo._last_outputs()
+            batch = RolloutBufferSamples(obs, actions, old_values, old_log_prob, advantages, returns)
+            losses = {"policy": policy_loss, "value": value_loss, "entropy": entropy_loss, "actor": actor_loss}
+            ctx = LossContext(algo, "ppo", batch, actor_out, critic_out, losses=losses, sync_free=True)
+            policy.optimizer.zero_grad(set_to_none=True)
+            total = algo._backward(ctx, actor_loss, algo.vf_coef * value_loss, policy.parameters(), sink=self.terms)
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), algo.max_grad_norm)
+        policy.optimizer.step()
+        with torch.no_grad():
+            log_ratio = log_prob - old_log_prob
+            self.kl.add_(torch.mean((torch.exp(log_ratio) - 1) - log_ratio))
+            clip_fraction = torch.mean((torch.abs(ratio - 1) > clip).float())
+            self.stats.add_(torch.stack([policy_loss, value_loss, entropy_loss, clip_fraction]).detach())
+            self.total.copy_(total)
+
+    # --- CUDA graphs --------------------------------------------------------------------------
+
+    def _current_key(self) -> tuple[Any, ...]:
+        """What a captured graph bakes in: when any of it changes, the graphs are captured again."""
+        algo = self.algo
+        return (
+            id(algo.policy), id(algo.policy.optimizer), algo.ent_coef, algo.vf_coef, algo.max_grad_norm,
+            algo.normalize_advantage, algo.clip_range_vf is None, tuple(id(r) for r in algo.regularizers),
+        )  # fmt: skip
+
+    def _make_capturable(self) -> None:
+        """Adam with device step counters and a device learning rate, so a graph can replay it."""
+        opt = self.algo.policy.optimizer
+        for group in opt.param_groups:
+            if "capturable" in group:
+                group["capturable"] = True
+            if not isinstance(group["lr"], Tensor):
+                group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
+        for state in opt.state.values():
+            if "step" in state and isinstance(state["step"], Tensor):
+                state["step"] = state["step"].to(self.device, torch.float32)
+
+    def _set_learning_rate(self, lr: float) -> None:
+        self.algo.logger.record("train/learning_rate", lr)
+        for group in self.algo.policy.optimizer.param_groups:
+            if isinstance(group["lr"], Tensor):
+                group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
+
+    def _capture(self, index: Tensor) -> _Graph:
+        """Warm up on a side stream, capture :meth:`step`, then undo the warm-up's effects.
+
+        Capturing records kernels without running them; the warm-up steps did run, so weights,
+        Adam state and statistics are restored to what they were before.
+        """
+        saved = self._snapshot()
+        static_index = index.clone()
+        stream = torch.cuda.Stream(device=self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(_WARMUP):
+                self.step(static_index)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.step(static_index)
+        self._restore(saved)
+        return _Graph(graph, static_index)
+
+    def _snapshot(self) -> list[tuple[Tensor, Tensor | None]]:
+        """(live tensor, copy) of every tensor a step writes; None copies mean 'was absent: zero it'."""
+        opt = self.algo.policy.optimizer
+        live: list[Tensor] = [p.data for p in self.algo.policy.parameters()]
+        live += [self.stats, self.kl, self.total, *self.terms.sums.values()]
+        pairs: list[tuple[Tensor, Tensor | None]] = [(t, t.detach().clone()) for t in live]
+        self._fresh_params = [p for p in self.algo.policy.parameters() if p not in opt.state or not opt.state[p]]
+        pairs += [(v, v.detach().clone()) for s in opt.state.values() for v in s.values() if isinstance(v, Tensor)]
+        return pairs
+
+    def _restore(self, saved: list[tuple[Tensor, Tensor | None]]) -> None:
+        with torch.no_grad():
+            for live, copy in saved:
+                live.copy_(copy)
+            # Adam state created by the warm-up: a fresh Adam state is all zeros.
+            opt = self.algo.policy.optimizer
+            for p in self._fresh_params:
+                for v in opt.state.get(p, {}).values():
+                    if isinstance(v, Tensor):
+                        v.zero_()
+            self.terms.zero_()
+
+    # --- logging ------------------------------------------------------------------------------
+
+    def _log(self, lr: float, clip_range: float, clip_range_vf: float | None, n_minibatches: int, last_epoch: int) -> None:
+        algo = self.algo
+        logger = algo.logger
+        # The one read of the update: statistics, KL, total loss and the regularizer sums.
+        head = torch.cat([self.stats / max(n_minibatches, 1), (self.kl / max(last_epoch, 1))[None], self.total[None]])
+        values = head.cpu().tolist()
+        for name, value in zip(_STATS, values):
+            logger.record(f"train/{name}", value)
+        logger.record("train/approx_kl", values[len(_STATS)])
+        logger.record("train/loss", values[len(_STATS) + 1])
+        from stable_baselines3.common.utils import explained_variance
+
+        buffer = algo.rollout_buffer
+        logger.record("train/explained_variance", explained_variance(buffer.values.flatten(), buffer.returns.flatten()))
+        if hasattr(algo.policy, "log_std"):
+            logger.record("train/std", torch.exp(algo.policy.log_std).mean().item())
+        logger.record("train/n_updates", algo._n_updates, exclude="tensorboard")
+        logger.record("train/clip_range", clip_range)
+        if clip_range_vf is not None:
+            logger.record("train/clip_range_vf", clip_range_vf)
+        algo._record_regularizer_logs(self.terms.means(n_minibatches))
