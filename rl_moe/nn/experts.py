@@ -159,19 +159,22 @@ class StackedExperts(nn.Module):
         normed: list[Tensor] = []
         h = x if x.dim() == 3 else x.expand(e, *x.shape)  # (E, N, in), a view
         n = h.shape[1]
-        flat = lambda t: t.reshape(e * n, t.shape[-1])  # noqa: E731  (E, N, D) -> (E*N, D)
+
+        def record(t: Tensor, into: list[Tensor]) -> Tensor:
+            # Keep the (E*N, D) tensor on the forward path, so gradients taken with respect to
+            # it (the eNTK, SPHERE's gradient Gram) see everything downstream.
+            flat = t.reshape(e * n, t.shape[-1])
+            into.append(flat)
+            return flat.view(e, n, -1)
+
         for layer in range(len(self.hidden_dims)):
-            inputs.append(flat(h))
-            z = torch.baddbmm(self.biases[layer][:, None, :], h, self.weights[layer])  # (E, N, H)
-            linear.append(flat(z))
+            inputs.append(h.reshape(e * n, h.shape[-1]))
+            z = record(torch.baddbmm(self.biases[layer][:, None, :], h, self.weights[layer]), linear)  # (E, N, H)
             if self.layer_norm:
-                nz = F.layer_norm(z, z.shape[-1:])
-                normed.append(flat(nz))
+                nz = record(F.layer_norm(z, z.shape[-1:]), normed)
                 z = nz * self.ln_weights[layer][:, None, :] + self.ln_biases[layer][:, None, :]
-            pre.append(flat(z))
-            h = act(z)
-            hidden.append(flat(h))
-        inputs.append(flat(h))
-        out = torch.baddbmm(self.biases[-1][:, None, :], h, self.weights[-1])  # (E, N, D)
-        linear.append(flat(out))
-        return ExpertPass(flat(out), tuple(hidden), tuple(pre), tuple(inputs), tuple(linear), tuple(normed))
+            z = record(z, pre)
+            h = record(act(z), hidden)
+        inputs.append(hidden[-1])
+        out = record(torch.baddbmm(self.biases[-1][:, None, :], h, self.weights[-1]), linear)  # (E, N, D)
+        return ExpertPass(linear[-1], tuple(hidden), tuple(pre), tuple(inputs), tuple(linear), tuple(normed))

@@ -1,0 +1,198 @@
+"""PPO update cost, host syncs and end-to-end CW10 throughput on one device, in one run.
+
+Part 1 (update): per-minibatch time of one PPO update (batch 256, the paper's CW10 dims: obs 39,
+act 4) and, from the torch profiler, aten ops, CUDA launch calls and host syncs per minibatch, for
+
+- ``sb3 mlp 3x256``: stock ``stable_baselines3.PPO("MlpPolicy")`` with 3 x 256 ReLU layers;
+- ``topk``: Top-K MoE actor (E experts, K=2, 3 x 256), dense critic;
+- ``topk+sphere fixed`` / ``topk+sphere``: plus SPHERE with a fixed / the adaptive coefficient;
+- ``... (standard)``: the same through the standard update (``fast_update="off"``).
+
+Ratios are to ``topk`` and to ``sb3 mlp 3x256`` measured in the same run. Part 2 (end to end, unless
+``--skip-e2e``): env steps/s of Top-K + SPHERE + probe on ``--device`` (built as ``python -m
+rl_moe.crl`` builds it), Top-K alone on ``--device``, and plain SB3 PPO MlpPolicy on the CPU, on one
+CW10 task with the CW10 PPO settings; ratios to the SB3 CPU run, and SPHERE's end-to-end overhead.
+
+    python benchmarks/gpu_throughput.py --device cuda --experts 10 160 --vec-env subproc
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.logger import configure
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from rl_moe.algos import MoEPPO
+from rl_moe.algos.profiling import count_ops
+from rl_moe.policies import MoEActorCriticPolicy
+from rl_moe.regularizers.sphere import Sphere
+
+OBS, ACT, BATCH = 39, 4, 256
+
+
+class _Box(gym.Env):
+    """Observation and action spaces of a MetaWorld task; the update benchmark never steps it."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (OBS,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (ACT,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # type: ignore[override]
+        return np.zeros(OBS, np.float32), {}
+
+    def step(self, action):  # type: ignore[override]
+        return np.zeros(OBS, np.float32), 0.0, False, False, {}
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _filled(model: BaseAlgorithm, rng: np.random.Generator) -> BaseAlgorithm:
+    """Random rollout data, so ``train()`` can run without stepping envs."""
+    buf = model.rollout_buffer  # type: ignore[attr-defined]
+    buf.observations[:] = rng.standard_normal(buf.observations.shape)
+    buf.actions[:] = rng.uniform(-1, 1, buf.actions.shape)
+    for name in ("values", "returns", "advantages"):
+        getattr(buf, name)[:] = rng.standard_normal(getattr(buf, name).shape)
+    buf.log_probs[:] = -rng.uniform(2, 6, buf.log_probs.shape)
+    buf.full = True
+    model._current_progress_remaining = 1.0  # type: ignore[attr-defined]
+    model.set_logger(configure(None, []))
+    return model
+
+
+def update_variants(device: str, n_experts: int, minibatches: int) -> dict[str, BaseAlgorithm]:
+    n_envs = 8
+    kw = dict(n_steps=minibatches * BATCH // n_envs, batch_size=BATCH, n_epochs=1, device=device, seed=0, verbose=0)
+    moe = dict(moe="topk", n_experts=n_experts, top_k=2, hidden=(256, 256, 256))
+    rng = np.random.default_rng(0)
+
+    def env() -> DummyVecEnv:
+        return DummyVecEnv([_Box] * n_envs)
+
+    def ours(regs: list, fast: str) -> BaseAlgorithm:
+        return _filled(MoEPPO(MoEActorCriticPolicy, env(), regularizers=regs, fast_update=fast, policy_kwargs=moe, **kw), rng)
+
+    mlp = dict(net_arch=[256, 256, 256], activation_fn=torch.nn.ReLU)
+    variants = {
+        "sb3 mlp 3x256": _filled(PPO("MlpPolicy", env(), policy_kwargs=mlp, **kw), rng),
+        "topk": ours([], "auto"),
+        "topk+sphere fixed": ours([Sphere(coef_mode="fixed", rank_every=0)], "auto"),
+        "topk+sphere": ours([Sphere(rank_every=0)], "auto"),
+        "topk (standard)": ours([], "off"),
+        "topk+sphere (standard)": ours([Sphere(rank_every=0)], "off"),
+    }
+    return variants
+
+
+def time_updates(variants: dict[str, BaseAlgorithm], device: str, rounds: int) -> dict[str, float]:
+    """Median seconds per ``train()``, interleaved rounds; the first call (graph capture) is warm-up."""
+    samples: dict[str, list[float]] = {k: [] for k in variants}
+    for model in variants.values():
+        model.train()
+    for _ in range(rounds):
+        for name, model in variants.items():
+            _sync(device)
+            t0 = time.perf_counter()
+            model.train()
+            _sync(device)
+            samples[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def part_update(device: str, n_experts: int, minibatches: int, rounds: int) -> None:
+    variants = update_variants(device, n_experts, minibatches)
+    secs = time_updates(variants, device, rounds)
+    print(f"\nUpdate on {device}: E={n_experts}, K=2, 3x256, {minibatches} minibatches of {BATCH} per train(), median of {rounds}")
+    print(f"  {'variant':<24} {'ms/minibatch':>12} {'x topk':>7} {'x mlp':>7} {'ops':>7} {'launches':>9} {'syncs':>6}  path")
+    for name, model in variants.items():
+        counts = count_ops(model.train)
+        ops, launches, syncs = counts.per(minibatches)
+        path = getattr(model, "fast_path_reason", lambda: "sb3")() or "fast"
+        ms = 1e3 * secs[name] / minibatches
+        print(
+            f"  {name:<24} {ms:12.3f} {secs[name] / secs['topk']:7.2f} {secs[name] / secs['sb3 mlp 3x256']:7.2f} "
+            f"{ops:7.0f} {launches:9.1f} {syncs:6.2f}  {path}"
+        )
+
+
+def part_e2e(device: str, task: str, n_envs: int, n_steps: int, updates: int, vec_env: str) -> None:
+    from rl_moe.continual.agents import begin_task, build_model
+    from rl_moe.continual.envs import EnvFactory, make_vec_env, task_factories
+    from rl_moe.continual.probe import collect_probe_states, make_probe_callback
+    from rl_moe.continual.resolve import RunRequest, resolve, suite_of
+
+    overrides = (f"ppo.n_envs={n_envs}", f"ppo.n_steps={n_steps}")
+    cfgs = {m: resolve(RunRequest(suite="cw10", method=m, tasks=1, device=device, vec_env=vec_env, overrides=overrides)) for m in ("sphere", "topk")}
+    suite = suite_of(cfgs["sphere"])
+    spec = next(t for t in suite.tasks if t.name == task)
+    steps = n_envs * n_steps * updates
+    probe_factory = EnvFactory(suite.family, suite.probe_task, suite.episode_length, suite.success_type, 99)
+    probe = collect_probe_states(probe_factory, 256, policy=cfgs["sphere"].probe.policy)
+
+    def env():
+        return make_vec_env(task_factories(suite, spec, n_envs, 0), vec_env)
+
+    def run(make: Callable[[], tuple[BaseAlgorithm, object]]) -> float:
+        model, callback = make()
+        model.learn(n_envs * n_steps, reset_num_timesteps=False, callback=callback)  # warm-up: one rollout + update
+        begin = time.perf_counter()
+        model.learn(steps, reset_num_timesteps=False, callback=callback)
+        rate = steps / (time.perf_counter() - begin)
+        model.get_env().close()
+        return rate
+
+    def ours(method: str, with_probe: bool) -> Callable[[], tuple[BaseAlgorithm, object]]:
+        def make():
+            model = build_model(cfgs[method], env(), device)
+            begin_task(model, cfgs[method], 0, 0)
+            # The CLI probes every steps_per_task / 10 (100k steps); here after every update.
+            return model, make_probe_callback(probe, n_envs * n_steps) if with_probe else None
+
+        return make
+
+    def sb3():
+        p = cfgs["topk"].ppo
+        return PPO("MlpPolicy", env(), n_steps=n_steps, batch_size=p.batch_size, n_epochs=p.n_epochs, learning_rate=3e-4,
+                   ent_coef=0.0, device="cpu", seed=0, verbose=0), None  # fmt: skip
+
+    rates = {"sb3 mlp (cpu)": run(sb3), "topk+sphere+probe": run(ours("sphere", True)), "topk+sphere": run(ours("sphere", False)), "topk": run(ours("topk", False))}
+    print(f"\nEnd to end, CW10 {task}: {n_envs} envs ({vec_env}) x {n_steps} steps, {updates} updates after a warm-up one")
+    for name, rate in rates.items():
+        print(f"  {name:<20} {rate:8.0f} env steps/s   {rate / rates['sb3 mlp (cpu)']:5.2f}x sb3 mlp (cpu)")
+    print(f"  SPHERE end-to-end overhead: {rates['topk'] / rates['topk+sphere'] - 1:+.1%}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--experts", type=int, nargs="+", default=[10])
+    p.add_argument("--minibatches", type=int, default=16)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--skip-e2e", action="store_true")
+    p.add_argument("--task", default="hammer-v3")
+    p.add_argument("--n-envs", type=int, default=8)
+    p.add_argument("--n-steps", type=int, default=2048)
+    p.add_argument("--updates", type=int, default=2)
+    p.add_argument("--vec-env", default="dummy")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the CLI uses 1)")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    for e in args.experts:
+        part_update(args.device, e, args.minibatches, args.rounds)
+    if not args.skip_e2e:
+        part_e2e(args.device, args.task, args.n_envs, args.n_steps, args.updates, args.vec_env)
+
+
+if __name__ == "__main__":
+    main()

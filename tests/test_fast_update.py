@@ -1,0 +1,192 @@
+"""The sync-free update path: static-shape MoE layers, the fast PPO update, host-sync counts, and
+the standard learners against stock SB3."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from stable_baselines3 import PPO, TD3
+from stable_baselines3.common.env_util import make_vec_env
+
+from rl_moe.algos import MoEPPO, MoETD3
+from rl_moe.algos.fast import FastPPOUpdate
+from rl_moe.algos.profiling import count_ops
+from rl_moe.nn import NETWORK_KINDS, NetConfig, build_network, static_shapes
+from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
+from rl_moe.regularizers.sphere import Sphere
+
+SMALL = dict(n_experts=4, top_k=2, hidden=(32, 32), gate_hidden=(16,))
+# On a CPU these kernels read a scalar internally (Adam its step counters, std its count); on
+# CUDA the capturable Adam and std read nothing, so they are not host syncs of the update.
+CPU_INTERNAL = ("Optimizer.step", "aten::std")
+
+
+def _grads(loss: torch.Tensor, net: torch.nn.Module) -> list[torch.Tensor]:
+    return [g if g is not None else torch.zeros_like(p) for p, g in zip(net.parameters(), torch.autograd.grad(loss, list(net.parameters()), allow_unused=True))]
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+@pytest.mark.parametrize("kind", NETWORK_KINDS)
+def test_static_layout_matches_routed(kind: str, layer_norm: bool) -> None:
+    torch.manual_seed(0)
+    net = build_network(11, 3, NetConfig(kind=kind, layer_norm=layer_norm, **SMALL))
+    x = torch.randn(37, 11)
+    routed = net(x)
+    g_routed = _grads(routed.out.pow(2).sum() + routed.phi().pow(2).sum(), net)
+    with static_shapes():
+        static = net(x)
+        g_static = _grads(static.out.pow(2).sum() + static.phi().pow(2).sum(), net)
+    torch.testing.assert_close(static.out, routed.out, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(static.phi(), routed.phi(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(static.probs, routed.probs)
+    for a, b in zip(g_static, g_routed):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_static_layout_gives_idle_experts_exactly_zero_gradient() -> None:
+    torch.manual_seed(1)
+    net = build_network(5, 2, NetConfig(kind="topk", n_experts=6, top_k=1, hidden=(8,), gate_hidden=(4,)))
+    x = torch.randn(3, 5)  # three states, one expert each: at least three experts idle
+    with static_shapes():
+        out = net(x)
+        grads = torch.autograd.grad(out.out.sum(), list(net.experts.weights))
+    used = set(out.indices.flatten().tolist())
+    assert len(used) <= 3
+    for w in grads:  # (E, in, out)
+        for e in range(6):
+            assert torch.count_nonzero(w[e]).item() == 0 if e not in used else torch.count_nonzero(w[e]).item() > 0
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [{}, {"features": "unweighted"}, {"layer": "all"}, {"layer": "joint"}, {"per_expert": True}, {"gram": "gradients"}],
+    ids=lambda v: "-".join(f"{k}={x}" for k, x in v.items()) or "paper",
+)
+@pytest.mark.parametrize("kind", ["topk", "ds", "expert_choice", "soft"])
+def test_static_sphere_matches_routed(kind: str, variant: dict) -> None:
+    torch.manual_seed(2)
+    net = build_network(11, 3, NetConfig(kind=kind, **SMALL))
+    x = torch.randn(29, 11)
+    sphere = Sphere(rank_every=0, **variant)
+
+    def loss() -> torch.Tensor:
+        out = net(x)
+        return sphere.network_loss(out, out.out.pow(2).mean())
+
+    routed = loss()
+    g_routed = _grads(routed, net)
+    with static_shapes():
+        static = loss()
+        g_static = _grads(static, net)
+    torch.testing.assert_close(static, routed, rtol=1e-5, atol=1e-6)
+    for a, b in zip(g_static, g_routed):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def _ppo(fast: str, regs: list, kind: str = "topk", policy=MoEActorCriticPolicy, **kwargs) -> MoEPPO:
+    env = make_vec_env("Pendulum-v1", n_envs=2, seed=0)
+    policy_kwargs = dict(moe=kind, **SMALL) if policy is MoEActorCriticPolicy else None
+    return MoEPPO(
+        policy, env, regularizers=regs, fast_update=fast, n_steps=64, batch_size=32, n_epochs=2, seed=0,
+        policy_kwargs=policy_kwargs, **kwargs,
+    )  # fmt: skip
+
+
+REGS = {
+    "none": [],
+    "sphere": [Sphere(rank_every=0)],
+    "sphere_fixed": [Sphere(coef_mode="fixed", rank_every=0)],
+    "sphere_loss_ratio": [Sphere(coef_mode="loss_ratio", rank_every=0)],
+}
+
+
+@pytest.mark.parametrize("reg", list(REGS))
+@pytest.mark.parametrize("kind", NETWORK_KINDS)
+def test_fast_update_matches_standard(kind: str, reg: str) -> None:
+    """One rollout and one update (2 epochs x 4 minibatches) through each path, same minibatches."""
+    standard = _ppo("off", copy.deepcopy(REGS[reg]), kind)
+    standard.learn(128)
+    fast = _ppo("on", copy.deepcopy(REGS[reg]), kind)  # same seed: same init, same rollout
+    updater = fast._fast_updater()
+    assert updater is not None
+    updater.static = True  # the GPU layout, here on the CPU
+    updater.permutation = lambda n, device: torch.from_numpy(np.random.permutation(n)).to(device)
+    fast.learn(128)
+    for a, b in zip(standard.policy.parameters(), fast.policy.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    logs_a, logs_b = standard.logger.name_to_value, fast.logger.name_to_value
+    for key in ("train/policy_gradient_loss", "train/value_loss", "train/entropy_loss", "train/loss", *(k for k in logs_a if "sphere" in k)):
+        assert logs_b[key] == pytest.approx(logs_a[key], rel=1e-4, abs=1e-7), key
+    assert logs_b["train/clip_fraction"] == pytest.approx(logs_a["train/clip_fraction"], abs=1e-6)
+
+
+def test_fast_step_has_no_host_syncs() -> None:
+    """The profiler sees the standard update's syncs, and none in the fast minibatch step."""
+    model = _ppo("on", [Sphere()], "topk")
+    model.learn(128)
+    fast = FastPPOUpdate(model, static=True)
+    fast.rollout.fill(model.rollout_buffer)
+    index = torch.randperm(128)[:32]
+    counts = count_ops(lambda: fast.step(index), repeat=3, exclude_scopes=CPU_INTERNAL)
+    assert counts.ops > 100
+    assert counts.syncs == 0, counts.sync_names
+    standard = _ppo("off", [Sphere()], "topk")
+    standard.learn(128)
+    seen = count_ops(standard.train, exclude_scopes=CPU_INTERNAL)
+    assert seen.syncs >= 8, seen.sync_names  # the routed dispatch and the logs read the device
+
+
+def test_fast_update_falls_back_when_a_regularizer_needs_host_reads() -> None:
+    model = _ppo("on", [Sphere(ratio_every=4)], "topk")
+    assert "sphere" in (model.fast_path_reason() or "")
+    assert _ppo("auto", [], "topk").fast_path_reason().startswith("device cpu")
+    assert _ppo("on", [], "topk", target_kl=0.01).fast_path_reason().startswith("target_kl")
+    with pytest.raises(ValueError, match="fast_update 'fast'.*auto, on, off"):
+        _ppo("fast", [], "topk")
+
+
+@pytest.mark.parametrize("use_sde", [False, True])
+@pytest.mark.parametrize("policy", ["MlpPolicy", MoEActorCriticPolicy])
+def test_moeppo_without_regularizers_is_sb3_ppo(policy, use_sde: bool) -> None:
+    kwargs = dict(n_steps=32, batch_size=16, n_epochs=2, seed=3, use_sde=use_sde)
+    if policy is MoEActorCriticPolicy:
+        kwargs["policy_kwargs"] = dict(moe="topk", **SMALL)
+    ours = MoEPPO(policy, make_vec_env("Pendulum-v1", n_envs=2, seed=3), regularizers=[], **kwargs).learn(192)
+    stock = PPO(policy, make_vec_env("Pendulum-v1", n_envs=2, seed=3), **kwargs).learn(192)
+    for a, b in zip(ours.policy.parameters(), stock.policy.parameters()):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("policy", ["MlpPolicy", MoETD3Policy])
+def test_moetd3_without_regularizers_is_sb3_td3(policy) -> None:
+    kwargs = dict(learning_starts=32, batch_size=16, train_freq=8, gradient_steps=4, seed=4, buffer_size=500)
+    if policy is MoETD3Policy:
+        kwargs["policy_kwargs"] = dict(moe="topk", **SMALL)
+    else:
+        kwargs["policy_kwargs"] = dict(net_arch=[32, 32])
+    ours = MoETD3(policy, make_vec_env("Pendulum-v1", n_envs=1, seed=4), regularizers=[], **kwargs).learn(96)
+    stock = TD3(policy, make_vec_env("Pendulum-v1", n_envs=1, seed=4), **kwargs).learn(96)
+    for a, b in zip(ours.policy.parameters(), stock.policy.parameters()):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("reg", ["none", "sphere"])
+def test_cuda_graph_update_matches_eager(reg: str) -> None:
+    """Replaying the captured step gives the eager step's parameters (CUDA only)."""
+    results = []
+    for graphs in (False, True):
+        env = make_vec_env("Pendulum-v1", n_envs=2, seed=0)
+        model = MoEPPO(
+            MoEActorCriticPolicy, env, regularizers=copy.deepcopy(REGS[reg]), fast_update="on", cuda_graphs=graphs,
+            n_steps=64, batch_size=32, n_epochs=2, seed=0, device="cuda", policy_kwargs=dict(moe="topk", **SMALL),
+        )  # fmt: skip
+        updater = model._fast_updater()
+        updater.permutation = lambda n, device: torch.from_numpy(np.random.permutation(n)).to(device)
+        model.learn(256)
+        results.append([p.detach().cpu() for p in model.policy.parameters()])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
