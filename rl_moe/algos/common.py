@@ -46,7 +46,8 @@ class DeviceTermLog:
 
     def add(self, name: str, loss: Tensor, coef: Tensor | float) -> None:
         for key, value in ((f"train/loss_{name}", loss), (f"train/coef_{name}", coef)):
-            value = torch.as_tensor(value, dtype=loss.dtype, device=loss.device).detach()
+            # A fill kernel, not a host-to-device copy (which a CUDA graph capture refuses).
+            value = value.detach() if isinstance(value, Tensor) else loss.new_full((), float(value))
             if key not in self.sums:
                 self.sums[key] = torch.zeros((), dtype=loss.dtype, device=loss.device)
             self.sums[key].add_(value)

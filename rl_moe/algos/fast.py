@@ -20,6 +20,7 @@ regularizer terms), arranged so that the GPU never waits for Python:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -186,7 +187,13 @@ class FastPPOUpdate:
             self._graph_key = key
         size = index.shape[0]
         if size not in self.graphs:
-            self.graphs[size] = self._capture(index)
+            try:
+                self.graphs[size] = self._capture(index)
+            except RuntimeError as exc:  # an op the capture refuses: run this learner eagerly
+                warnings.warn(f"CUDA graph capture failed ({exc}); the fast update runs without graphs", stacklevel=2)
+                self.cuda_graphs = False
+                self.step(index)
+                return
         g = self.graphs[size]
         g.index.copy_(index)
         g.graph.replay()
@@ -270,16 +277,18 @@ class FastPPOUpdate:
         """
         saved = self._snapshot()
         static_index = index.clone()
-        stream = torch.cuda.Stream(device=self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            for _ in range(_WARMUP):
+        try:
+            stream = torch.cuda.Stream(device=self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                for _ in range(_WARMUP):
+                    self.step(static_index)
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
                 self.step(static_index)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self.step(static_index)
-        self._restore(saved)
+        finally:
+            self._restore(saved)
         return _Graph(graph, static_index)
 
     def _snapshot(self) -> list[tuple[Tensor, Tensor | None]]:
