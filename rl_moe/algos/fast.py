@@ -27,13 +27,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
-import torch.nn.functional as F
-from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.type_aliases import RolloutBufferSamples
 from torch import Tensor
 
 from rl_moe.algos.common import DeviceTermLog
+from rl_moe.algos.ppo_loss import ppo_losses
 from rl_moe.nn.static import static_shapes
 from rl_moe.regularizers.base import LossContext
 
@@ -203,40 +202,20 @@ class FastPPOUpdate:
         minibatch ``index`` (a device tensor); statistics are added to the device sums."""
         algo, r = self.algo, self.rollout
         policy = algo.policy
-        obs, actions = r.obs[index], r.actions[index]
-        old_values, old_log_prob, returns = r.old_values[index], r.old_log_prob[index], r.returns[index]
-        if isinstance(algo.action_space, spaces.Discrete):
-            actions = actions.long().flatten()
+        batch = RolloutBufferSamples(*(t[index] for t in r.tensors()))
+        clip_vf = None if algo.clip_range_vf is None else self.clip_range_vf
         with static_shapes(self.static), no_distribution_checks():
-            values, log_prob, entropy = policy.evaluate_actions(obs, actions)
-            values = values.flatten()
-            advantages = r.advantages[index]
-            if algo.normalize_advantage and len(advantages) > 1:
-                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-            ratio = torch.exp(log_prob - old_log_prob)
-            clip = self.clip_range
-            surrogate = torch.min(advantages * ratio, advantages * torch.clamp(ratio, 1 - clip, 1 + clip))
-            policy_loss = -surrogate.mean()
-            if algo.clip_range_vf is None:
-                values_pred = values
-            else:
-                values_pred = old_values + torch.clamp(values - old_values, -self.clip_range_vf, self.clip_range_vf)
-            value_loss = F.mse_loss(returns, values_pred)
-            entropy_loss = torch.mean(log_prob) if entropy is None else -torch.mean(entropy)
-            actor_loss = policy_loss + algo.ent_coef * entropy_loss
+            losses = ppo_losses(algo, batch, self.clip_range, clip_vf)
             actor_out, critic_out = algo._last_outputs()
-            batch = RolloutBufferSamples(obs, actions, old_values, old_log_prob, advantages, returns)
-            losses = {"policy": policy_loss, "value": value_loss, "entropy": entropy_loss, "actor": actor_loss}
-            ctx = LossContext(algo, "ppo", batch, actor_out, critic_out, losses=losses, sync_free=True)
+            ctx = LossContext(algo, "ppo", batch, actor_out, critic_out, losses=losses.as_dict(), sync_free=True)
             policy.optimizer.zero_grad(set_to_none=True)
-            total = algo._backward(ctx, actor_loss, algo.vf_coef * value_loss, policy.parameters(), sink=self.terms)
+            total = algo._backward(ctx, losses.actor, algo.vf_coef * losses.value, policy.parameters(), sink=self.terms)
         torch.nn.utils.clip_grad_norm_(policy.parameters(), algo.max_grad_norm)
         policy.optimizer.step()
         with torch.no_grad():
-            log_ratio = log_prob - old_log_prob
-            self.kl.add_(torch.mean((torch.exp(log_ratio) - 1) - log_ratio))
-            clip_fraction = torch.mean((torch.abs(ratio - 1) > clip).float())
-            self.stats.add_(torch.stack([policy_loss, value_loss, entropy_loss, clip_fraction]).detach())
+            self.kl.add_(losses.approx_kl())
+            terms = (losses.policy, losses.value, losses.entropy, losses.clip_fraction(self.clip_range))
+            self.stats.add_(torch.stack(terms).detach())
             self.total.copy_(total)
 
     # --- CUDA graphs --------------------------------------------------------------------------

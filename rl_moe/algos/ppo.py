@@ -10,12 +10,11 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from gymnasium import spaces
 from stable_baselines3 import PPO
 from stable_baselines3.common.utils import explained_variance
 
 from rl_moe.algos.common import RegularizedMixin
+from rl_moe.algos.ppo_loss import ppo_losses
 from rl_moe.algos.fast import FAST_MODES, FastPPOUpdate, no_distribution_checks, unsupported_reason
 from rl_moe.nn.static import static_shapes
 from rl_moe.regularizers.base import LossContext, Regularizer
@@ -100,32 +99,13 @@ class MoEPPO(RegularizedMixin, PPO):
         for epoch in range(self.n_epochs):
             approx_kl_divs = []
             for batch in self.rollout_buffer.get(self.batch_size):
-                actions = batch.actions
-                if isinstance(self.action_space, spaces.Discrete):
-                    actions = actions.long().flatten()
-                values, log_prob, entropy = self.policy.evaluate_actions(batch.observations, actions)
-                values = values.flatten()
-                advantages = batch.advantages
-                if self.normalize_advantage and len(advantages) > 1:
-                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-                ratio = torch.exp(log_prob - batch.old_log_prob)
-                surrogate = torch.min(advantages * ratio, advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range))
-                policy_loss = -surrogate.mean()
-                if clip_range_vf is None:
-                    values_pred = values
-                else:
-                    values_pred = batch.old_values + torch.clamp(values - batch.old_values, -clip_range_vf, clip_range_vf)
-                value_loss = F.mse_loss(batch.returns, values_pred)
-                entropy_loss = torch.mean(log_prob) if entropy is None else -torch.mean(entropy)
-                actor_loss = policy_loss + self.ent_coef * entropy_loss
-                pg_losses.append(policy_loss.item())
-                value_losses.append(value_loss.item())
-                entropy_losses.append(entropy_loss.item())
-                clip_fractions.append(torch.mean((torch.abs(ratio - 1) > clip_range).float()).item())
-                with torch.no_grad():
-                    log_ratio = log_prob - batch.old_log_prob
-                    approx_kl_div = torch.mean((torch.exp(log_ratio) - 1) - log_ratio).item()
-                    approx_kl_divs.append(approx_kl_div)
+                losses = ppo_losses(self, batch, clip_range, clip_range_vf)
+                pg_losses.append(losses.policy.item())
+                value_losses.append(losses.value.item())
+                entropy_losses.append(losses.entropy.item())
+                clip_fractions.append(losses.clip_fraction(clip_range).item())
+                approx_kl_div = losses.approx_kl().item()
+                approx_kl_divs.append(approx_kl_div)
                 if self.target_kl is not None and approx_kl_div > 1.5 * self.target_kl:
                     continue_training = False
                     if self.verbose >= 1:
@@ -133,12 +113,9 @@ class MoEPPO(RegularizedMixin, PPO):
                     break
 
                 actor_out, critic_out = self._last_outputs()
-                ctx = LossContext(
-                    self, "ppo", batch, actor_out, critic_out,
-                    losses={"policy": policy_loss, "value": value_loss, "entropy": entropy_loss, "actor": actor_loss},
-                )
+                ctx = LossContext(self, "ppo", batch, actor_out, critic_out, losses=losses.as_dict())
                 self.policy.optimizer.zero_grad()
-                loss = self._backward(ctx, actor_loss, self.vf_coef * value_loss, self.policy.parameters())
+                loss = self._backward(ctx, losses.actor, self.vf_coef * losses.value, self.policy.parameters())
                 torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
                 self.policy.optimizer.step()
                 self._after_update("ppo")

@@ -12,11 +12,12 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
-from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.type_aliases import RolloutBufferSamples
 from torch import Tensor
 
+from rl_moe.algos.ppo_loss import ppo_losses
 from rl_moe.diagnostics.views import NetView
 
 
@@ -35,21 +36,13 @@ def ppo_actor_loss(model: BaseAlgorithm, obs: Tensor, n_states: int, generator: 
     size = buf.buffer_size * buf.n_envs
     idx = torch.randperm(size, generator=generator)[: min(n_states, size)].numpy()
     flat = lambda a: a.reshape(size, *a.shape[2:])[idx] if not buf.generator_ready else a[idx]
-    policy = model.policy
-    obs_t = torch.as_tensor(flat(buf.observations), device=policy.device)
-    actions = torch.as_tensor(flat(buf.actions), device=policy.device)
-    if isinstance(model.action_space, spaces.Discrete):
-        actions = actions.long().flatten()
-    old_log_prob = torch.as_tensor(flat(buf.log_probs), device=policy.device).flatten()
-    adv = torch.as_tensor(flat(buf.advantages), device=policy.device).flatten()
-    if getattr(model, "normalize_advantage", True) and adv.numel() > 1:
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-    _, log_prob, entropy = policy.evaluate_actions(obs_t, actions)
-    ratio = torch.exp(log_prob - old_log_prob)
+    device = model.policy.device
+    batch = RolloutBufferSamples(
+        *(torch.as_tensor(flat(a), device=device) for a in (buf.observations, buf.actions)),
+        *(torch.as_tensor(flat(a), device=device).flatten() for a in (buf.values, buf.log_probs, buf.advantages, buf.returns)),
+    )
     clip = model.clip_range(model._current_progress_remaining) if callable(getattr(model, "clip_range", None)) else 0.2
-    policy_loss = -torch.min(adv * ratio, adv * torch.clamp(ratio, 1 - clip, 1 + clip)).mean()
-    entropy_loss = -torch.mean(entropy) if entropy is not None else -torch.mean(-log_prob)
-    return policy_loss + float(getattr(model, "ent_coef", 0.0)) * entropy_loss
+    return ppo_losses(model, batch, clip, None).actor
 
 
 def td3_actor_loss(model: BaseAlgorithm, obs: Tensor, n_states: int, generator: torch.Generator) -> Tensor | None:

@@ -176,5 +176,5 @@ class StackedExperts(nn.Module):
             z = record(z, pre)
             h = record(act(z), hidden)
         inputs.append(hidden[-1])
-        out = record(torch.baddbmm(self.biases[-1][:, None, :], h, self.weights[-1]), linear)  # (E, N, D)
+        record(torch.baddbmm(self.biases[-1][:, None, :], h, self.weights[-1]), linear)  # (E, N, D)
         return ExpertPass(linear[-1], tuple(hidden), tuple(pre), tuple(inputs), tuple(linear), tuple(normed))
