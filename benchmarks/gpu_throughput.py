@@ -4,9 +4,14 @@ Part 1 (update): per-minibatch time of one PPO update (batch 256, the paper's CW
 act 4) and, from the torch profiler, aten ops, CUDA launch calls and host syncs per minibatch, for
 
 - ``sb3 mlp 3x256``: stock ``stable_baselines3.PPO("MlpPolicy")`` with 3 x 256 ReLU layers;
-- ``topk``: Top-K MoE actor (E experts, K=2, 3 x 256), dense critic;
+- ``topk``: Top-K MoE actor (E experts, K=2, 3 x 256), dense critic, sync-free update
+  (``fast_update="on"``; static-shape layers and CUDA graphs on CUDA, ``--static`` forces the
+  static layout on a CPU too, to count its syncs there);
 - ``topk+sphere fixed`` / ``topk+sphere``: plus SPHERE with a fixed / the adaptive coefficient;
 - ``... (standard)``: the same through the standard update (``fast_update="off"``).
+
+On a CPU the syncs column leaves out the scalar reads inside Adam and ``std`` (see
+``rl_moe.algos.profiling.CPU_INTERNAL_SCOPES``), which are not syncs on CUDA.
 
 Ratios are to ``topk`` and to ``sb3 mlp 3x256`` measured in the same run. Part 2 (end to end, unless
 ``--skip-e2e``): env steps/s of Top-K + SPHERE + probe on ``--device`` (built as ``python -m
@@ -32,7 +37,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rl_moe.algos import MoEPPO
-from rl_moe.algos.profiling import count_ops
+from rl_moe.algos.profiling import CPU_INTERNAL_SCOPES, count_ops
 from rl_moe.policies import MoEActorCriticPolicy
 from rl_moe.regularizers.sphere import Sphere
 
@@ -71,7 +76,7 @@ def _filled(model: BaseAlgorithm, rng: np.random.Generator) -> BaseAlgorithm:
     return model
 
 
-def update_variants(device: str, n_experts: int, minibatches: int) -> dict[str, BaseAlgorithm]:
+def update_variants(device: str, n_experts: int, minibatches: int, static: bool) -> dict[str, BaseAlgorithm]:
     n_envs = 8
     kw = dict(n_steps=minibatches * BATCH // n_envs, batch_size=BATCH, n_epochs=1, device=device, seed=0, verbose=0)
     moe = dict(moe="topk", n_experts=n_experts, top_k=2, hidden=(256, 256, 256))
@@ -81,14 +86,18 @@ def update_variants(device: str, n_experts: int, minibatches: int) -> dict[str, 
         return DummyVecEnv([_Box] * n_envs)
 
     def ours(regs: list, fast: str) -> BaseAlgorithm:
-        return _filled(MoEPPO(MoEActorCriticPolicy, env(), regularizers=regs, fast_update=fast, policy_kwargs=moe, **kw), rng)
+        model = _filled(MoEPPO(MoEActorCriticPolicy, env(), regularizers=regs, fast_update=fast, policy_kwargs=moe, **kw), rng)
+        updater = model._fast_updater()
+        if updater is not None and static:
+            updater.static = True
+        return model
 
     mlp = dict(net_arch=[256, 256, 256], activation_fn=torch.nn.ReLU)
     variants = {
         "sb3 mlp 3x256": _filled(PPO("MlpPolicy", env(), policy_kwargs=mlp, **kw), rng),
-        "topk": ours([], "auto"),
-        "topk+sphere fixed": ours([Sphere(coef_mode="fixed", rank_every=0)], "auto"),
-        "topk+sphere": ours([Sphere(rank_every=0)], "auto"),
+        "topk": ours([], "on"),
+        "topk+sphere fixed": ours([Sphere(coef_mode="fixed", rank_every=0)], "on"),
+        "topk+sphere": ours([Sphere(rank_every=0)], "on"),
         "topk (standard)": ours([], "off"),
         "topk+sphere (standard)": ours([Sphere(rank_every=0)], "off"),
     }
@@ -110,15 +119,16 @@ def time_updates(variants: dict[str, BaseAlgorithm], device: str, rounds: int) -
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
-def part_update(device: str, n_experts: int, minibatches: int, rounds: int) -> None:
-    variants = update_variants(device, n_experts, minibatches)
+def part_update(device: str, n_experts: int, minibatches: int, rounds: int, static: bool) -> None:
+    variants = update_variants(device, n_experts, minibatches, static)
     secs = time_updates(variants, device, rounds)
     print(f"\nUpdate on {device}: E={n_experts}, K=2, 3x256, {minibatches} minibatches of {BATCH} per train(), median of {rounds}")
     print(f"  {'variant':<24} {'ms/minibatch':>12} {'x topk':>7} {'x mlp':>7} {'ops':>7} {'launches':>9} {'syncs':>6}  path")
     for name, model in variants.items():
-        counts = count_ops(model.train)
+        counts = count_ops(model.train, exclude_scopes=CPU_INTERNAL_SCOPES if device == "cpu" else ())
         ops, launches, syncs = counts.per(minibatches)
-        path = getattr(model, "fast_path_reason", lambda: "sb3")() or "fast"
+        fast = getattr(model, "_fast", None)
+        path = "sb3" if not isinstance(model, MoEPPO) else "standard" if fast is None else "fast" + (" static" if fast.static else "")
         ms = 1e3 * secs[name] / minibatches
         print(
             f"  {name:<24} {ms:12.3f} {secs[name] / secs['topk']:7.2f} {secs[name] / secs['sb3 mlp 3x256']:7.2f} "
@@ -180,6 +190,7 @@ def main() -> None:
     p.add_argument("--minibatches", type=int, default=16)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--skip-e2e", action="store_true")
+    p.add_argument("--static", action="store_true", help="static-shape MoE layers on a CPU too (the GPU layout)")
     p.add_argument("--task", default="hammer-v3")
     p.add_argument("--n-envs", type=int, default=8)
     p.add_argument("--n-steps", type=int, default=2048)
@@ -189,7 +200,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     for e in args.experts:
-        part_update(args.device, e, args.minibatches, args.rounds)
+        part_update(args.device, e, args.minibatches, args.rounds, args.static)
     if not args.skip_e2e:
         part_e2e(args.device, args.task, args.n_envs, args.n_steps, args.updates, args.vec_env)
 

@@ -13,15 +13,12 @@ from stable_baselines3.common.env_util import make_vec_env
 
 from rl_moe.algos import MoEPPO, MoETD3
 from rl_moe.algos.fast import FastPPOUpdate
-from rl_moe.algos.profiling import count_ops
+from rl_moe.algos.profiling import CPU_INTERNAL_SCOPES as CPU_INTERNAL, count_ops
 from rl_moe.nn import NETWORK_KINDS, NetConfig, build_network, static_shapes
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
 from rl_moe.regularizers.sphere import Sphere
 
 SMALL = dict(n_experts=4, top_k=2, hidden=(32, 32), gate_hidden=(16,))
-# On a CPU these kernels read a scalar internally (Adam its step counters, std its count); on
-# CUDA the capturable Adam and std read nothing, so they are not host syncs of the update.
-CPU_INTERNAL = ("Optimizer.step", "aten::std")
 
 
 def _grads(loss: torch.Tensor, net: torch.nn.Module) -> list[torch.Tensor]:

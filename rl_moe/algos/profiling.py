@@ -20,6 +20,10 @@ SYNC_OPS: frozenset[str] = frozenset(
 )
 #: CUDA runtime calls that block the host until the device catches up.
 SYNC_CALLS: frozenset[str] = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy"})
+#: Profiler scopes whose scalar reads are internal to a CPU kernel: on a CPU every Adam reads its
+#: step counters with ``.item()`` and ``std`` reads its count; on CUDA the capturable Adam and
+#: ``std`` read nothing, so these are not host syncs of the update.
+CPU_INTERNAL_SCOPES: tuple[str, ...] = ("Optimizer.step", "aten::std")
 #: CUDA runtime calls that put work on the device.
 LAUNCH_CALLS: frozenset[str] = frozenset(
     {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync"}
