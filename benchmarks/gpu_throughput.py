@@ -176,7 +176,8 @@ def part_e2e(device: str, task: str, n_envs: int, n_steps: int, updates: int, ve
         return PPO("MlpPolicy", env(), n_steps=n_steps, batch_size=p.batch_size, n_epochs=p.n_epochs, learning_rate=3e-4,
                    ent_coef=0.0, device="cpu", seed=0, verbose=0), None  # fmt: skip
 
-    rates = {"sb3 mlp (cpu)": run(sb3), "topk+sphere+probe": run(ours("sphere", True)), "topk+sphere": run(ours("sphere", False)), "topk": run(ours("topk", False))}
+    rates = {"sb3 mlp (cpu)": run(sb3), "topk": run(ours("topk", False)), "topk+sphere": run(ours("sphere", False))}
+    rates["topk+sphere+probe"] = run(ours("sphere", True))
     print(f"\nEnd to end, CW10 {task}: {n_envs} envs ({vec_env}) x {n_steps} steps, {updates} updates after a warm-up one")
     for name, rate in rates.items():
         print(f"  {name:<20} {rate:8.0f} env steps/s   {rate / rates['sb3 mlp (cpu)']:5.2f}x sb3 mlp (cpu)")

@@ -122,11 +122,11 @@ def test_fast_update_matches_standard(kind: str, reg: str) -> None:
 
 def test_fast_step_has_no_host_syncs() -> None:
     """The profiler sees the standard update's syncs, and none in the fast minibatch step."""
-    model = _ppo("on", [Sphere()], "topk")
+    model = _ppo("on", [Sphere()], "topk", cuda_graphs=False)  # eager: the ops of one step are counted
     model.learn(128)
-    fast = FastPPOUpdate(model, static=True)
+    fast = FastPPOUpdate(model, cuda_graphs=False, static=True)
     fast.rollout.fill(model.rollout_buffer)
-    index = torch.randperm(128)[:32]
+    index = torch.randperm(128, device=model.device)[:32]  # a host index would be copied: a sync
     counts = count_ops(lambda: fast.step(index), repeat=3, exclude_scopes=CPU_INTERNAL)
     assert counts.ops > 100
     assert counts.syncs == 0, counts.sync_names
@@ -139,7 +139,7 @@ def test_fast_step_has_no_host_syncs() -> None:
 def test_fast_update_falls_back_when_a_regularizer_needs_host_reads() -> None:
     model = _ppo("on", [Sphere(ratio_every=4)], "topk")
     assert "sphere" in (model.fast_path_reason() or "")
-    assert _ppo("auto", [], "topk").fast_path_reason().startswith("device cpu")
+    assert _ppo("auto", [], "topk", device="cpu").fast_path_reason().startswith("device cpu")
     assert _ppo("on", [], "topk", target_kl=0.01).fast_path_reason().startswith("target_kl")
     with pytest.raises(ValueError, match="fast_update 'fast'.*auto, on, off"):
         _ppo("fast", [], "topk")
@@ -148,7 +148,7 @@ def test_fast_update_falls_back_when_a_regularizer_needs_host_reads() -> None:
 @pytest.mark.parametrize("use_sde", [False, True])
 @pytest.mark.parametrize("policy", ["MlpPolicy", MoEActorCriticPolicy])
 def test_moeppo_without_regularizers_is_sb3_ppo(policy, use_sde: bool) -> None:
-    kwargs = dict(n_steps=32, batch_size=16, n_epochs=2, seed=3, use_sde=use_sde)
+    kwargs = dict(n_steps=32, batch_size=16, n_epochs=2, seed=3, use_sde=use_sde, device="cpu")  # on CUDA the fast update runs
     if policy is MoEActorCriticPolicy:
         kwargs["policy_kwargs"] = dict(moe="topk", **SMALL)
     ours = MoEPPO(policy, make_vec_env("Pendulum-v1", n_envs=2, seed=3), regularizers=[], **kwargs).learn(192)
@@ -159,7 +159,7 @@ def test_moeppo_without_regularizers_is_sb3_ppo(policy, use_sde: bool) -> None:
 
 @pytest.mark.parametrize("policy", ["MlpPolicy", MoETD3Policy])
 def test_moetd3_without_regularizers_is_sb3_td3(policy) -> None:
-    kwargs = dict(learning_starts=32, batch_size=16, train_freq=8, gradient_steps=4, seed=4, buffer_size=500)
+    kwargs = dict(learning_starts=32, batch_size=16, train_freq=8, gradient_steps=4, seed=4, buffer_size=500, device="cpu")
     if policy is MoETD3Policy:
         kwargs["policy_kwargs"] = dict(moe="topk", **SMALL)
     else:
@@ -187,3 +187,33 @@ def test_cuda_graph_update_matches_eager(reg: str) -> None:
         results.append([p.detach().cpu() for p in model.policy.parameters()])
     for a, b in zip(*results):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_graph_update_reads_the_device_once_per_update() -> None:
+    """With graphs, an update's host syncs do not grow with its minibatches (CUDA only)."""
+    syncs = []
+    for epochs in (1, 4):
+        model = _ppo("on", [Sphere(rank_every=0)], "topk", device="cuda")
+        model.n_epochs = epochs
+        model.learn(128)  # captures the graph
+        syncs.append(count_ops(model.train).syncs)
+    assert syncs[0] == syncs[1], syncs
+
+
+def test_capture_forgets_what_the_policy_kept_from_a_forward_with_gradients() -> None:
+    """A probe's forward with gradients leaves its graph on the policy (the MoE outputs and SB3's
+    action distribution); on CUDA that graph made the next capture fail, so it is dropped first."""
+    from rl_moe.algos.fast import _forget_outputs
+    from rl_moe.algos.ppo_loss import ppo_losses
+
+    model = _ppo("on", [], "topk", device="cpu")
+    model.learn(128)
+    batch = next(model.rollout_buffer.get(32))
+    ppo_losses(model, batch, 0.2, None)
+    policy = model.policy
+    kept = [policy.action_dist.distribution.mean, policy.last_actor_output.out]
+    assert all(t.grad_fn is not None for t in kept)
+    _forget_outputs(policy)
+    assert policy.action_dist.distribution is None
+    assert policy.last_actor_output is None and policy.last_critic_output is None

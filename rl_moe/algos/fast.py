@@ -20,6 +20,7 @@ regularizer terms), arranged so that the GPU never waits for Python:
 
 from __future__ import annotations
 
+import gc
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -111,6 +112,35 @@ def _flat_shape(array: Any) -> tuple[int, ...]:
     return (shape[0] * shape[1], *shape[2:])
 
 
+def _reset_cuda_generators() -> None:
+    """Leave the CUDA generators usable after a failed capture.
+
+    A capture registers the default generators and marks them capturing; a capture that fails
+    never unmarks them, and every later random op on the device would raise. A cloned state
+    keeps the seed and offset without the mark.
+    """
+    for gen in torch.cuda.default_generators:
+        if hasattr(gen, "graphsafe_set_state"):
+            gen.graphsafe_set_state(gen.clone_state())
+
+
+def _forget_outputs(policy: torch.nn.Module) -> None:
+    """Drop what a policy keeps from its last forward: the MoE outputs and SB3's action
+    distribution (which holds the mean actions).
+
+    One made with gradients outside the capture (by the plasticity probe's actor gradient, say)
+    keeps autograd's per-parameter accumulators alive on the default stream; the captured
+    backward would then wait on that stream, which invalidates the capture.
+    """
+    for module in policy.modules():
+        for attr in ("last_actor", "last_critic"):
+            if getattr(module, attr, None) is not None:
+                setattr(module, attr, None)
+    dist = getattr(policy, "action_dist", None)
+    if getattr(dist, "distribution", None) is not None:
+        dist.distribution = None  # type: ignore[union-attr]
+
+
 class _Graph(NamedTuple):
     graph: Any  # torch.cuda.CUDAGraph
     index: Tensor  # (B,) the captured minibatch index buffer
@@ -189,6 +219,7 @@ class FastPPOUpdate:
             try:
                 self.graphs[size] = self._capture(index)
             except RuntimeError as exc:  # an op the capture refuses: run this learner eagerly
+                _reset_cuda_generators()
                 warnings.warn(f"CUDA graph capture failed ({exc}); the fast update runs without graphs", stacklevel=2)
                 self.cuda_graphs = False
                 self.step(index)
@@ -256,6 +287,13 @@ class FastPPOUpdate:
         """
         saved = self._snapshot()
         static_index = index.clone()
+        _forget_outputs(self.algo.policy)
+        # A collection during the capture can free an earlier learner's graph (its memory pool),
+        # a CUDA call the capture forbids: it would invalidate this capture and leave the CUDA
+        # generator mid-capture, so later random ops in the process fail.
+        gc.collect()
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
         try:
             stream = torch.cuda.Stream(device=self.device)
             stream.wait_stream(torch.cuda.current_stream(self.device))
@@ -267,6 +305,8 @@ class FastPPOUpdate:
             with torch.cuda.graph(graph):
                 self.step(static_index)
         finally:
+            if gc_was_enabled:
+                gc.enable()
             self._restore(saved)
         return _Graph(graph, static_index)
 
