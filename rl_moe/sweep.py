@@ -8,6 +8,14 @@ trials (``results.json`` with ``"complete": true``) and resumes unfinished ones.
 Example (the paper's CW10 comparison, 5 seeds)::
 
     python -m rl_moe.sweep --suite cw10 --method topk sphere --protocol crl rl --seed 0 1 2 3 4
+
+Several seeds side by side on one GPU machine (8 trials sharing the GPU, 2 CPUs each)::
+
+    python -m rl_moe.sweep --suite cw10 --method sphere --seed 0 1 2 3 4 5 6 7 \
+        --device cuda --cpus-per-trial 2 --gpus-per-trial 0.125
+
+The sweep prints, and writes to ``<out>/sweep.json``, the env steps its trials trained together
+per second of wall time.
 """
 
 from __future__ import annotations
@@ -19,10 +27,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from itertools import product
 from pathlib import Path
 from typing import NoReturn
+
+from rl_moe.continual.envs import resolve_vec_env_type
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -87,13 +97,15 @@ class SweepConfig:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a trial ended: ``status`` is ``done``, ``skipped`` (already complete) or ``failed``."""
+    """How a trial ended: ``status`` is ``done``, ``skipped`` (already complete) or ``failed``;
+    ``env_steps`` counts the steps it trained in this sweep (a resumed trial's earlier ones not)."""
 
     trial: Trial
     status: str
     returncode: int = 0
     seconds: float = 0.0
     log: str = ""
+    env_steps: int = 0
 
 
 #: Runs one trial command and returns its outcome (injectable: tests pass a fake one).
@@ -114,12 +126,18 @@ def grid(cfg: SweepConfig) -> list[Trial]:
 
 
 def trial_command(trial: Trial, cfg: SweepConfig) -> list[str]:
-    """The ``python -m rl_moe.crl`` command line of a trial."""
+    """The ``python -m rl_moe.crl`` command line of a trial.
+
+    Unless the extra arguments name one, the trial's ``--vec-env`` is chosen for the CPUs it
+    reserves, not for the whole machine: eight trials side by side must not each start a worker
+    process per env.
+    """
+    vec_env = [] if "--vec-env" in cfg.crl_args else ["--vec-env", resolve_vec_env_type("auto", 2, int(cfg.cpus_per_trial))]
     return [
         sys.executable, "-m", "rl_moe.crl",
         "--suite", trial.suite, "--method", trial.method, "--algo", trial.algo,
         "--protocol", trial.protocol, "--seed", str(trial.seed),
-        "--run-dir", str(trial.run_dir), "--no-progress", *cfg.crl_args,
+        "--run-dir", str(trial.run_dir), "--no-progress", *vec_env, *cfg.crl_args,
     ]  # fmt: skip
 
 
@@ -138,6 +156,15 @@ def is_complete(run_dir: Path) -> bool:
         return bool(json.loads((run_dir / "results.json").read_text()).get("complete"))
     except (OSError, json.JSONDecodeError, AttributeError):
         return False
+
+
+def trained_steps(run_dir: Path) -> int:
+    """Env steps of the run's finished tasks (its ``task_segments``); 0 without a readable results.json."""
+    try:
+        segments = json.loads((run_dir / "results.json").read_text()).get("task_segments", [])
+        return int(sum(end - start for start, end in segments))
+    except (OSError, json.JSONDecodeError, AttributeError, TypeError, ValueError):
+        return 0
 
 
 def run_subprocess(trial: Trial, command: list[str], env: dict[str, str]) -> Outcome:
@@ -261,25 +288,51 @@ def run_sweep(
     for i, o in enumerate(outcomes, 1):
         _report(o, i, len(trials))
     jobs = [(t, trial_command(t, cfg)) for t in trials if not is_complete(t.run_dir)]
+    before = {t.run_dir: trained_steps(t.run_dir) for t, _ in jobs}
     env = trial_env(cfg)
+    start = time.monotonic()
     stream = run_ray(jobs, env, runner, cfg, ray_opts) if backend == "ray" and jobs else run_sequential(jobs, env, runner)
     for outcome in stream:
+        outcome = replace(outcome, env_steps=max(0, trained_steps(outcome.trial.run_dir) - before[outcome.trial.run_dir]))
         outcomes.append(outcome)
         _report(outcome, len(outcomes), len(trials))
-    write_manifest(cfg, outcomes)
+    throughput = Throughput(sum(o.env_steps for o in outcomes), time.monotonic() - start)
+    if jobs:
+        print(f"sweep: {throughput.env_steps} env steps in {throughput.seconds:.0f}s: {throughput.per_second:.0f} env steps/s aggregate", flush=True)
+    write_manifest(cfg, outcomes, throughput)
     return outcomes
 
 
-def write_manifest(cfg: SweepConfig, outcomes: Sequence[Outcome]) -> Path:
-    """``<out>/sweep.json``: the grid and how each trial ended (for the record; the report does not need it)."""
+@dataclass(frozen=True)
+class Throughput:
+    """Env steps trained by the trials run in a sweep and the wall time they took together
+    (trials side by side on one machine add up: the figure for a multi-seed GPU sweep)."""
+
+    env_steps: int
+    seconds: float
+
+    @property
+    def per_second(self) -> float:
+        return self.env_steps / self.seconds if self.seconds > 0 else 0.0
+
+
+def write_manifest(cfg: SweepConfig, outcomes: Sequence[Outcome], throughput: Throughput | None = None) -> Path:
+    """``<out>/sweep.json``: the grid, how each trial ended and the aggregate env steps/s (for the
+    record; the report does not need it)."""
     cfg.out.mkdir(parents=True, exist_ok=True)
     path = cfg.out / "sweep.json"
     cfg_dict = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
     rows = [
-        {"run_dir": str(o.trial.run_dir), "status": o.status, "returncode": o.returncode, "seconds": round(o.seconds, 1)}
+        {
+            "run_dir": str(o.trial.run_dir), "status": o.status, "returncode": o.returncode,
+            "seconds": round(o.seconds, 1), "env_steps": o.env_steps,
+        }  # fmt: skip
         for o in sorted(outcomes, key=lambda o: str(o.trial.run_dir))
     ]
-    path.write_text(json.dumps({"config": cfg_dict, "trials": rows}, indent=2))
+    data: dict = {"config": cfg_dict, "trials": rows}
+    if throughput is not None:
+        data["throughput"] = {**asdict(throughput), "env_steps_per_s": round(throughput.per_second, 1)}
+    path.write_text(json.dumps(data, indent=2))
     return path
 
 

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ def fake_results(trial: Trial, own: float) -> dict:
         "seed": trial.seed, "tasks": ["t0"], "steps_per_task": 10, "finished_tasks": 1, "complete": True,
         "success_matrix": [[own]], "own_success": [own], "final_success": [own], "eval_curves": {},
         "cl_metrics": {"average_performance": own, "forgetting": 0.0, "forward_transfer": None},
+        "task_segments": [[0, 10]],
     }  # fmt: skip
 
 
@@ -46,6 +48,18 @@ class FakeRunner:
         return Outcome(trial, "done")
 
 
+def test_aggregate_env_steps_count_only_what_this_sweep_trained(tmp_path: Path) -> None:
+    cfg = SweepConfig(suites=("smoke",), methods=("topk",), seeds=(0, 1), out=tmp_path)
+    resumed = grid(cfg)[1].run_dir
+    resumed.mkdir(parents=True)
+    (resumed / "results.json").write_text(json.dumps({"complete": False, "task_segments": [[0, 4]]}))
+    outcomes = run_sweep(cfg, "sequential", FakeRunner())
+    assert [o.env_steps for o in outcomes] == [10, 6]  # the resumed trial had trained 4 of its 10
+    throughput = json.loads((tmp_path / "sweep.json").read_text())["throughput"]
+    assert throughput["env_steps"] == 16
+    assert throughput["env_steps_per_s"] == pytest.approx(16 / throughput["seconds"], rel=1e-2)
+
+
 def test_grid_folders_and_command(tmp_path: Path) -> None:
     cfg = SweepConfig(
         suites=("smoke", "my/suite.json"), methods=("topk", "sphere"), protocols=("crl", "rl"), seeds=(0, 1),
@@ -60,8 +74,18 @@ def test_grid_folders_and_command(tmp_path: Path) -> None:
     assert cmd[:3] == [sys.executable, "-m", "rl_moe.crl"]
     assert cmd[3:] == [
         "--suite", "smoke", "--method", "topk", "--algo", "ppo", "--protocol", "rl", "--seed", "1",
-        "--run-dir", str(tmp_path / "smoke" / "ppo-topk-rl-s1"), "--no-progress", "--steps-per-task", "100",
+        "--run-dir", str(tmp_path / "smoke" / "ppo-topk-rl-s1"), "--no-progress", "--vec-env", "dummy",
+        "--steps-per-task", "100",
     ]  # fmt: skip
+    # Env workers for the CPUs a trial reserves, unless the user chose.
+    assert cmd_vec_env(replace(cfg, cpus_per_trial=4)) == "subproc"
+    assert cmd_vec_env(replace(cfg, crl_args=("--vec-env", "subproc"))) == "subproc"
+
+
+def cmd_vec_env(cfg: SweepConfig) -> str:
+    cmd = trial_command(grid(cfg)[0], cfg)
+    assert cmd.count("--vec-env") == 1
+    return cmd[cmd.index("--vec-env") + 1]
 
 
 def test_parse_passthrough_after_double_dash() -> None:
@@ -152,6 +176,9 @@ def test_sequential_real_cli_then_report(tmp_path: Path) -> None:
     assert main(args + TINY) == 0
     results = json.loads((out / "smoke" / "ppo-topk-crl-s0" / "results.json").read_text())
     assert results["complete"] and results["tasks"] == ["pendulum-0", "pendulum-1"] and results["steps_per_task"] == 128
+    manifest = json.loads((out / "sweep.json").read_text())
+    trained = sum(end - start for start, end in results["task_segments"])
+    assert trained >= 256 and manifest["trials"][0]["env_steps"] == trained == manifest["throughput"]["env_steps"]
     report = subprocess.run(
         [sys.executable, "-m", "rl_moe.report", str(out), "--out", str(tmp_path / "rep"), "--reps", "200"],
         capture_output=True, text=True, timeout=120, check=False,
