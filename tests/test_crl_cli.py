@@ -212,6 +212,7 @@ BAD_INPUTS = [
     (["--vec-env", "ray"], "valid choices: auto, dummy, subproc"),
     (["--set", "ppo.n_stepz=3"], "valid fields of ppo"),
     (["--set", "ppo.n_steps=-1"], "must be > 0"),
+    (["--set", "ppo.fast_update=fast"], "unknown ppo.fast_update 'fast'; valid choices: auto, on, off"),
     (["--preset", "huge"], "valid choices: tiny"),
     (["--reference", "/nonexistent/run"], "not a run folder"),
     (["--resume", "/nonexistent/run"], "no such run folder"),

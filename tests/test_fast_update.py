@@ -217,3 +217,16 @@ def test_capture_forgets_what_the_policy_kept_from_a_forward_with_gradients() ->
     _forget_outputs(policy)
     assert policy.action_dist.distribution is None
     assert policy.last_actor_output is None and policy.last_critic_output is None
+
+
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_cli_setting_reaches_the_learner(mode: str) -> None:
+    from rl_moe.continual.agents import build_model
+    from rl_moe.continual.envs import make_vec_env as make_task_env, task_factories
+    from rl_moe.continual.resolve import RunRequest, resolve, suite_of
+
+    cfg = resolve(RunRequest(suite="smoke", method="topk", tasks=1, device="cpu", preset="tiny", overrides=(f"ppo.fast_update={mode}",)))
+    suite = suite_of(cfg)
+    model = build_model(cfg, make_task_env(task_factories(suite, suite.tasks[0], cfg.ppo.n_envs, 0), "dummy"), "cpu")
+    assert model.fast_update == mode
+    assert (model.fast_path_reason() is None) == (mode == "on")

@@ -101,7 +101,7 @@ def build_model(cfg: RunConfig, env: VecEnv, device: str, tensorboard: bool = Fa
             learning_rate=TaskLinearSchedule(p.lr_start, p.lr_end, p.lr_decay_fraction),
             n_steps=p.n_steps, batch_size=p.batch_size, n_epochs=p.n_epochs, gamma=p.gamma,
             gae_lambda=p.gae_lambda, clip_range=p.clip_range, max_grad_norm=p.max_grad_norm,
-            ent_coef=p.ent_coef, vf_coef=p.vf_coef, **common,
+            ent_coef=p.ent_coef, vf_coef=p.vf_coef, fast_update=p.fast_update, **common,
         )  # fmt: skip
     from rl_moe.policies import MoETD3Policy
 

@@ -28,6 +28,8 @@ class PPOConfig:
     :param lr_decay_fraction: share of the task over which the rate decays linearly (HB: 0.5)
     :param normalize_obs: wrap envs in SB3 ``VecNormalize`` (HB: Table 2's "VecNormalize")
     :param normalize_reward: also scale rewards in ``VecNormalize`` (its default; on for HB)
+    :param fast_update: the learner's sync-free update (:mod:`rl_moe.algos.fast`): ``auto`` (on
+        CUDA), ``on`` (also on a CPU) or ``off`` (SB3's loop everywhere); same maths either way
     """
 
     n_envs: int = 8
@@ -45,6 +47,7 @@ class PPOConfig:
     lr_decay_fraction: float = 1.0
     normalize_obs: bool = False
     normalize_reward: bool = False
+    fast_update: str = "auto"
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rl_moe.algos.fast import FAST_MODES
 from rl_moe.continual.config import OVERRIDE_PRESETS, EvalSettings, NetSettings, ProbeSettings, RunConfig, apply_overrides
 from rl_moe.continual.envs import check_family_available, check_tasks, resolve_vec_env_type
 from rl_moe.continual.errors import UsageError
@@ -152,6 +153,7 @@ def resolve(req: RunRequest) -> RunConfig:
     _positive("td3", sections["td3"], ("n_envs", "buffer_size", "batch_size", "train_freq", "gradient_steps", "policy_delay", "lr"), ("learning_starts", "action_noise_std"))
     _positive("eval", sections["eval"], ("evals_per_task", "n_episodes", "matrix_episodes", "n_envs"))
     _positive("probe", sections["probe"], ("n_states",), ("every", "noise"))
+    _choice(sections["ppo"].fast_update, FAST_MODES, "ppo.fast_update")
     sections["probe"] = _resolve_probe_policy(sections["probe"], suite)
     n_envs = sections[algo].n_envs
     if sections["net"].critic_moe is None:  # store the algo default explicitly in config.json
