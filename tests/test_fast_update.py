@@ -219,14 +219,48 @@ def test_capture_forgets_what_the_policy_kept_from_a_forward_with_gradients() ->
     assert policy.last_actor_output is None and policy.last_critic_output is None
 
 
+@pytest.mark.parametrize("algo", ["ppo", "td3"])
 @pytest.mark.parametrize("mode", ["on", "off"])
-def test_cli_setting_reaches_the_learner(mode: str) -> None:
+def test_cli_setting_reaches_the_learner(mode: str, algo: str) -> None:
     from rl_moe.continual.agents import build_model
     from rl_moe.continual.envs import make_vec_env as make_task_env, task_factories
     from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 
-    cfg = resolve(RunRequest(suite="smoke", method="topk", tasks=1, device="cpu", preset="tiny", overrides=(f"ppo.fast_update={mode}",)))
+    overrides = (f"{algo}.fast_update={mode}",)
+    cfg = resolve(RunRequest(suite="smoke", method="topk", algo=algo, tasks=1, device="cpu", preset="tiny", overrides=overrides))
     suite = suite_of(cfg)
-    model = build_model(cfg, make_task_env(task_factories(suite, suite.tasks[0], cfg.ppo.n_envs, 0), "dummy"), "cpu")
+    n_envs = getattr(cfg, algo).n_envs
+    model = build_model(cfg, make_task_env(task_factories(suite, suite.tasks[0], n_envs, 0), "dummy"), "cpu")
     assert model.fast_update == mode
-    assert (model.fast_path_reason() is None) == (mode == "on")
+    if algo == "ppo":
+        assert (model.fast_path_reason() is None) == (mode == "on")
+    else:
+        assert model.static_layout == (mode == "on")
+
+
+def _td3(fast: str, regs: list, kind: str = "topk") -> MoETD3:
+    kwargs = dict(learning_starts=32, batch_size=16, train_freq=8, gradient_steps=4, seed=4, buffer_size=500, device="cpu")
+    return MoETD3(
+        MoETD3Policy, make_vec_env("Pendulum-v1", n_envs=1, seed=4), regularizers=regs, fast_update=fast,
+        policy_kwargs=dict(moe=kind, **SMALL), **kwargs,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("reg", list(REGS))
+@pytest.mark.parametrize("kind", ["topk", "ds", "expert_choice", "soft"])
+def test_td3_static_layout_matches_routed(kind: str, reg: str) -> None:
+    """TD3 in the GPU layout (static shapes, device sums) trains to the routed layout's weights."""
+    runs = [_td3(fast, copy.deepcopy(REGS[reg]), kind).learn(96) for fast in ("off", "on")]
+    for a, b in zip(runs[0].policy.parameters(), runs[1].policy.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    logs = [r.logger.name_to_value for r in runs]
+    for key in ("train/critic_loss", "train/actor_loss", *(k for k in logs[0] if "sphere" in k)):
+        assert logs[1][key] == pytest.approx(logs[0][key], rel=1e-3, abs=1e-6), key
+
+
+def test_td3_train_reads_the_device_once_per_call() -> None:
+    """Host syncs of a TD3 ``train`` call do not grow with its gradient steps (static layout)."""
+    model = _td3("on", [Sphere(rank_every=0)])
+    model.learn(64)
+    syncs = [count_ops(lambda: model.train(steps, 16), exclude_scopes=CPU_INTERNAL).syncs for steps in (2, 8)]
+    assert syncs[0] == syncs[1] and syncs[0] <= 2, syncs

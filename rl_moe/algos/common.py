@@ -38,11 +38,13 @@ class DeviceTermLog:
     """Running sums kept on the device (no host sync per minibatch), read once per update.
 
     The sums are updated in place, so a CUDA graph captured around :meth:`add` keeps adding into
-    the same tensors on every replay; the caller counts the minibatches.
+    the same tensors on every replay; such a caller counts the minibatches itself. Eager callers
+    can rely on the per-term counts (TD3's two phases add their terms different numbers of times).
     """
 
     def __init__(self) -> None:
         self.sums: dict[str, Tensor] = {}
+        self.counts: dict[str, int] = defaultdict(int)
 
     def add(self, name: str, loss: Tensor, coef: Tensor | float) -> None:
         for key, value in ((f"train/loss_{name}", loss), (f"train/coef_{name}", coef)):
@@ -51,16 +53,19 @@ class DeviceTermLog:
             if key not in self.sums:
                 self.sums[key] = torch.zeros((), dtype=loss.dtype, device=loss.device)
             self.sums[key].add_(value)
+            self.counts[key] += 1
 
     def zero_(self) -> None:
         for t in self.sums.values():
             t.zero_()
+        self.counts.clear()
 
-    def means(self, count: int) -> dict[str, float]:
+    def means(self, count: int | None = None) -> dict[str, float]:
+        """Mean of each term over ``count`` additions (None: the additions :meth:`add` saw)."""
         if not self.sums or count == 0:
             return {}
         values = torch.stack(list(self.sums.values())).cpu().tolist()  # the one read per update
-        return {key: v / count for key, v in zip(self.sums, values)}
+        return {key: v / (max(self.counts[key], 1) if count is None else count) for key, v in zip(self.sums, values)}
 
 
 class RegularizedMixin:

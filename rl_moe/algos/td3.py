@@ -4,75 +4,107 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from stable_baselines3 import TD3
 from stable_baselines3.common.utils import polyak_update
 
-from rl_moe.algos.common import RegularizedMixin
+from rl_moe.algos.common import DeviceTermLog, RegularizedMixin
+from rl_moe.algos.fast import FAST_MODES
+from rl_moe.nn.static import static_shapes
 from rl_moe.regularizers.base import LossContext, Regularizer
 
 
 class MoETD3(RegularizedMixin, TD3):
     """SB3 TD3 with regularizer hooks in both phases (``td3_critic`` and ``td3_actor``).
 
+    The gradient steps of one ``train`` call never read the device: losses and regularizer terms
+    are summed there and read once at the end. With the sync-free layout (``fast_update``), MoE
+    layers also run with static shapes (:mod:`rl_moe.nn.static`), which on a GPU removes the
+    routed dispatch's host syncs.
+
     :param policy: policy class or name (e.g. :class:`~rl_moe.policies.MoETD3Policy`)
     :param env: environment
     :param regularizers: objects implementing :class:`~rl_moe.regularizers.Regularizer`
+    :param fast_update: ``auto`` (default): static-shape MoE layers on CUDA; ``on``: also on a
+        CPU; ``off``: never (same maths either way)
     :param kwargs: any :class:`stable_baselines3.TD3` argument
     """
 
-    def __init__(self, policy: Any, env: Any, regularizers: Sequence[Regularizer] = (), **kwargs: Any) -> None:
+    def __init__(
+        self, policy: Any, env: Any, regularizers: Sequence[Regularizer] = (), fast_update: str = "auto", **kwargs: Any
+    ) -> None:
+        if fast_update not in FAST_MODES:
+            raise ValueError(f"unknown fast_update {fast_update!r}; valid choices: {', '.join(FAST_MODES)}")
+        self.fast_update = fast_update
         self._init_regularizers(regularizers)
         super().__init__(policy, env, **kwargs)
+
+    @property
+    def static_layout(self) -> bool:
+        """Whether MoE layers run with static shapes (the GPU layout) in this learner."""
+        return self.fast_update == "on" or (self.fast_update == "auto" and self.device.type == "cuda")
+
+    def collect_rollouts(self, *args: Any, **kwargs: Any) -> Any:
+        with static_shapes(self.static_layout):
+            return super().collect_rollouts(*args, **kwargs)
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         self.policy.set_training_mode(True)
         self._update_learning_rate([self.actor.optimizer, self.critic.optimizer])
-        actor_losses, critic_losses = [], []
-        for _ in range(gradient_steps):
-            self._n_updates += 1
-            batch = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)  # type: ignore[union-attr]
-            discounts = batch.discounts if batch.discounts is not None else self.gamma
-            with torch.no_grad():
-                noise = batch.actions.clone().normal_(0, self.target_policy_noise)
-                noise = noise.clamp(-self.target_noise_clip, self.target_noise_clip)
-                next_actions = (self.actor_target(batch.next_observations) + noise).clamp(-1, 1)
-                next_q = torch.cat(self.critic_target(batch.next_observations, next_actions), dim=1)
-                next_q = next_q.min(dim=1, keepdim=True).values
-                target_q = batch.rewards + (1 - batch.dones) * discounts * next_q
-
-            current_q = self.critic(batch.observations, batch.actions)
-            critic_loss = sum(F.mse_loss(q, target_q) for q in current_q)
-            critic_outs = getattr(self.critic, "last_outputs", [])
-            ctx = LossContext(
-                self, "td3_critic", batch, None, critic_outs[0] if critic_outs else None,
-                losses={"critic": critic_loss}, extra={"critic_outputs": critic_outs},
-            )
-            critic_losses.append(critic_loss.item())
-            self.critic.optimizer.zero_grad()
-            self._backward(ctx, critic_loss, critic_loss.new_zeros(()), self.critic.parameters())
-            self.critic.optimizer.step()
-            self._after_update("td3_critic")
-
-            if self._n_updates % self.policy_delay == 0:
-                actor_loss = -self.critic.q1_forward(batch.observations, self.actor(batch.observations)).mean()
-                ctx = LossContext(
-                    self, "td3_actor", batch, getattr(self.actor, "last_output", None), None, losses={"actor": actor_loss}
-                )
-                actor_losses.append(actor_loss.item())
-                self.actor.optimizer.zero_grad()
-                self._backward(ctx, actor_loss, actor_loss.new_zeros(()), self.actor.parameters())
-                self.actor.optimizer.step()
-                self._after_update("td3_actor")
-                polyak_update(self.critic.parameters(), self.critic_target.parameters(), self.tau)
-                polyak_update(self.actor.parameters(), self.actor_target.parameters(), self.tau)
-                polyak_update(self.critic_batch_norm_stats, self.critic_batch_norm_stats_target, 1.0)
-                polyak_update(self.actor_batch_norm_stats, self.actor_batch_norm_stats_target, 1.0)
-
+        sums = torch.zeros(2, device=self.device)  # (critic, actor) loss sums of this call
+        terms = DeviceTermLog()
+        actor_steps = 0
+        with static_shapes(self.static_layout):
+            for _ in range(gradient_steps):
+                self._n_updates += 1
+                if self._gradient_step(batch_size, sums, terms):
+                    actor_steps += 1
+        critic_sum, actor_sum = sums.tolist()  # the one read of the call
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        if actor_losses:
-            self.logger.record("train/actor_loss", np.mean(actor_losses))
-        self.logger.record("train/critic_loss", np.mean(critic_losses))
-        self._record_regularizer_logs()
+        if actor_steps:
+            self.logger.record("train/actor_loss", actor_sum / actor_steps)
+        self.logger.record("train/critic_loss", critic_sum / max(gradient_steps, 1))
+        self._record_regularizer_logs(terms.means())
+
+    def _gradient_step(self, batch_size: int, sums: torch.Tensor, terms: DeviceTermLog) -> bool:
+        """One critic step and, every ``policy_delay`` steps, an actor step with the target
+        updates; losses are added to ``sums`` on the device. Returns whether the actor stepped."""
+        batch = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)  # type: ignore[union-attr]
+        discounts = batch.discounts if batch.discounts is not None else self.gamma
+        with torch.no_grad():
+            noise = batch.actions.clone().normal_(0, self.target_policy_noise)
+            noise = noise.clamp(-self.target_noise_clip, self.target_noise_clip)
+            next_actions = (self.actor_target(batch.next_observations) + noise).clamp(-1, 1)
+            next_q = torch.cat(self.critic_target(batch.next_observations, next_actions), dim=1)
+            next_q = next_q.min(dim=1, keepdim=True).values
+            target_q = batch.rewards + (1 - batch.dones) * discounts * next_q
+
+        current_q = self.critic(batch.observations, batch.actions)
+        critic_loss = sum(F.mse_loss(q, target_q) for q in current_q)
+        critic_outs = getattr(self.critic, "last_outputs", [])
+        ctx = LossContext(
+            self, "td3_critic", batch, None, critic_outs[0] if critic_outs else None,
+            losses={"critic": critic_loss}, extra={"critic_outputs": critic_outs},
+        )  # fmt: skip
+        sums[0] += critic_loss.detach()
+        self.critic.optimizer.zero_grad()
+        self._backward(ctx, critic_loss, critic_loss.new_zeros(()), self.critic.parameters(), sink=terms)
+        self.critic.optimizer.step()
+        self._after_update("td3_critic")
+
+        if self._n_updates % self.policy_delay != 0:
+            return False
+        actor_loss = -self.critic.q1_forward(batch.observations, self.actor(batch.observations)).mean()
+        ctx = LossContext(self, "td3_actor", batch, getattr(self.actor, "last_output", None), None, losses={"actor": actor_loss})
+        sums[1] += actor_loss.detach()
+        self.actor.optimizer.zero_grad()
+        self._backward(ctx, actor_loss, actor_loss.new_zeros(()), self.actor.parameters(), sink=terms)
+        self.actor.optimizer.step()
+        self._after_update("td3_actor")
+        # SB3's polyak_update is foreach in place: no copies, no host reads.
+        polyak_update(self.critic.parameters(), self.critic_target.parameters(), self.tau)
+        polyak_update(self.actor.parameters(), self.actor_target.parameters(), self.tau)
+        polyak_update(self.critic_batch_norm_stats, self.critic_batch_norm_stats_target, 1.0)
+        polyak_update(self.actor_batch_norm_stats, self.actor_batch_norm_stats_target, 1.0)
+        return True

@@ -114,7 +114,7 @@ def build_model(cfg: RunConfig, env: VecEnv, device: str, tensorboard: bool = Fa
         learning_starts=t.learning_starts, batch_size=t.batch_size, tau=t.tau, gamma=t.gamma,
         train_freq=t.train_freq, gradient_steps=t.gradient_steps, policy_delay=t.policy_delay,
         action_noise=noise if t.action_noise_std > 0 else None, target_policy_noise=t.target_policy_noise,
-        target_noise_clip=t.target_noise_clip, **common,
+        target_noise_clip=t.target_noise_clip, fast_update=t.fast_update, **common,
     )  # fmt: skip
 
 

@@ -69,6 +69,8 @@ class TD3Config:
     :param lr: Adam learning rate (constant)
     :param normalize_obs: wrap envs in SB3 ``VecNormalize`` (observations)
     :param normalize_reward: also scale rewards in ``VecNormalize``
+    :param fast_update: static-shape MoE layers in the learner (:class:`rl_moe.algos.MoETD3`):
+        ``auto`` (on CUDA), ``on`` or ``off``
     """
 
     n_envs: int = 1
@@ -86,6 +88,7 @@ class TD3Config:
     lr: float = 1e-3
     normalize_obs: bool = False
     normalize_reward: bool = False
+    fast_update: str = "auto"
 
 
 PPO_PRESETS: dict[str, PPOConfig] = {

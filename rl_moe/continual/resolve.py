@@ -153,7 +153,8 @@ def resolve(req: RunRequest) -> RunConfig:
     _positive("td3", sections["td3"], ("n_envs", "buffer_size", "batch_size", "train_freq", "gradient_steps", "policy_delay", "lr"), ("learning_starts", "action_noise_std"))
     _positive("eval", sections["eval"], ("evals_per_task", "n_episodes", "matrix_episodes", "n_envs"))
     _positive("probe", sections["probe"], ("n_states",), ("every", "noise"))
-    _choice(sections["ppo"].fast_update, FAST_MODES, "ppo.fast_update")
+    for algo_name in ("ppo", "td3"):
+        _choice(sections[algo_name].fast_update, FAST_MODES, f"{algo_name}.fast_update")
     sections["probe"] = _resolve_probe_policy(sections["probe"], suite)
     n_envs = sections[algo].n_envs
     if sections["net"].critic_moe is None:  # store the algo default explicitly in config.json
