@@ -12,6 +12,10 @@ Rounds alternate between the variants and the median is reported, so machine loa
 them alike. Prints steps/s and the ratios to plain SB3 PPO (target >= 0.8).
 
     python benchmarks/crl_throughput.py [--task hammer-v3] [--n-envs 8] [--n-steps 256] [--updates 2] [--rounds 3]
+        [--device cuda] [--vec-env subproc]
+
+``--device`` moves the rl_moe variants (SB3's stay on the CPU, where SB3 runs MLP policies best);
+``benchmarks/gpu_throughput.py`` is the fuller GPU benchmark.
 """
 
 from __future__ import annotations
@@ -50,11 +54,13 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--updates", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--device", default="cpu", help="device of the rl_moe variants")
+    p.add_argument("--vec-env", default="dummy", choices=["dummy", "subproc"])
     args = p.parse_args()
     torch.set_num_threads(1)
 
     overrides = (f"ppo.n_envs={args.n_envs}", f"ppo.n_steps={args.n_steps}", f"ppo.batch_size={args.batch}", f"ppo.n_epochs={args.epochs}")
-    cfgs = {m: resolve(RunRequest(suite="cw10", method=m, tasks=1, device="cpu", vec_env="dummy", overrides=overrides)) for m in ("sphere", "topk")}
+    cfgs = {m: resolve(RunRequest(suite="cw10", method=m, tasks=1, device=args.device, vec_env=args.vec_env, overrides=overrides)) for m in ("sphere", "topk")}
     suite = suite_of(cfgs["sphere"])
     task = next(t for t in suite.tasks if t.name == args.task)
     steps = args.n_envs * args.n_steps * args.updates
@@ -62,11 +68,11 @@ def main() -> None:
     probe = collect_probe_states(probe_factory, 256, policy=cfgs["sphere"].probe.policy)
 
     def env():
-        return make_vec_env(task_factories(suite, task, args.n_envs, 0), "dummy")
+        return make_vec_env(task_factories(suite, task, args.n_envs, 0), args.vec_env)
 
     def ours(method: str, with_probe: bool) -> Callable[[], tuple[BaseAlgorithm, BaseCallback | None]]:
         def make() -> tuple[BaseAlgorithm, BaseCallback | None]:
-            model = build_model(cfgs[method], env(), "cpu")
+            model = build_model(cfgs[method], env(), args.device)
             begin_task(model, cfgs[method], 0, 0)
             # Worst case: a probe after every update (the CLI probes every steps_per_task/10 steps).
             return model, make_probe_callback(probe, args.n_envs * args.n_steps) if with_probe else None
