@@ -84,8 +84,14 @@ class MoEPPO(RegularizedMixin, PPO):
         fast = self._fast_updater()
         if fast is not None:
             fast.train()
-            return
-        self._train_standard()
+        else:
+            # Non-finite weights flow into the logged means, where the NaN guard names the term,
+            # instead of failing a distribution's argument check mid-update.
+            with no_distribution_checks():
+                self._train_standard()
+        # Written now, at the step the update ran: left pending, they would be written again by
+        # the next callback that dumps the shared logger (an evaluation, the probe).
+        self.logger.dump(self.num_timesteps)
 
     def _train_standard(self) -> None:
         self.policy.set_training_mode(True)

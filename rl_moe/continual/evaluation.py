@@ -17,6 +17,7 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
 
 from rl_moe.continual.envs import EnvFactory
+from rl_moe.tblog import dump_keys
 
 
 class EvalResult(NamedTuple):
@@ -32,21 +33,52 @@ class EvalResult(NamedTuple):
     n_episodes: int
 
 
+class EvalEnvs:
+    """The evaluation envs of one task, built on first use and reseeded before every evaluation.
+
+    Reseeding returns each env to the state its factory built it in, so every evaluation scores
+    the same goals as a freshly built env would, without building (and leaking) new ones.
+
+    :param factories: eval env factories (fixed seeds)
+    """
+
+    def __init__(self, factories: list[EnvFactory]) -> None:
+        self.factories = list(factories)
+        self._venv: DummyVecEnv | None = None
+
+    def get(self, k: int) -> DummyVecEnv:
+        """The first ``k`` envs as a DummyVecEnv, reseeded."""
+        if self._venv is None or self._venv.num_envs != k:
+            self.close()
+            self._venv = DummyVecEnv(list(self.factories[:k]))
+        else:
+            for factory, env in zip(self.factories, self._venv.envs):
+                factory.reseed(env)
+        return self._venv
+
+    def close(self) -> None:
+        if self._venv is not None:
+            self._venv.close()
+            self._venv = None
+
+
 def evaluate(
-    model: BaseAlgorithm, factories: list[EnvFactory], n_episodes: int, obs_rms: RunningMeanStd | None = None
+    model: BaseAlgorithm, envs: EvalEnvs | list[EnvFactory], n_episodes: int, obs_rms: RunningMeanStd | None = None
 ) -> EvalResult:
-    """Run ``n_episodes`` deterministic episodes split evenly over ``len(factories)`` envs.
+    """Run ``n_episodes`` deterministic episodes split evenly over the eval envs.
 
     Each env runs a fixed quota of episodes so that short (failed, early-terminated) episodes
     are not over-represented, as in SB3's ``evaluate_policy``.
 
     :param model: the learner (``model.predict`` is used)
-    :param factories: eval env factories (fixed seeds: every checkpoint sees the same goals)
+    :param envs: the task's reusable :class:`EvalEnvs`, or factories (envs built and closed here)
     :param n_episodes: total episodes
     :param obs_rms: observation statistics of a ``VecNormalize`` training env, or None
     """
-    k = max(1, min(len(factories), n_episodes))
-    venv: VecEnv = DummyVecEnv(list(factories[:k]))
+    owned = not isinstance(envs, EvalEnvs)
+    pool = EvalEnvs(envs) if not isinstance(envs, EvalEnvs) else envs
+    k = max(1, min(len(pool.factories), n_episodes))
+    venv: VecEnv = pool.get(k)
     if obs_rms is not None:
         venv = VecNormalize(venv, training=False, norm_obs=True, norm_reward=False)
         venv.obs_rms = copy.deepcopy(obs_rms)
@@ -65,7 +97,8 @@ def evaluate(
                     returns.append(float(infos[i]["episode"]["r"]))
                     done_count[i] += 1
     finally:
-        venv.close()
+        if owned:
+            pool.close()
     return EvalResult(float(np.mean(successes)), float(np.mean(returns)), len(successes))
 
 
@@ -96,7 +129,7 @@ class PeriodicEval(BaseCallback):
         self.curve.setdefault("return", []).append(res.mean_return)
         self.logger.record("eval/success", res.success)
         self.logger.record("eval/return", res.mean_return)
-        self.logger.dump(self.num_timesteps)
+        dump_keys(self.logger, ("eval/success", "eval/return"), self.num_timesteps)
 
     def _on_training_start(self) -> None:
         self._record()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ from rl_moe.diagnostics.suite import (
     spectral_group,
 )
 from rl_moe.diagnostics.views import actor_view, critic_view
+from rl_moe.tblog import dump_keys
 
 PROBE_FILE = "probe_states.pt"
 
@@ -206,12 +208,19 @@ class PlasticityProbe(BaseCallback):
     def probe(self) -> dict[str, float]:
         """Compute, record and dump the due metrics; returns the finite values logged."""
         start = time.perf_counter()
-        values = {k: float(v) for k, v in self.compute().items() if math.isfinite(float(v))}
+        try:
+            computed = self.compute()
+        except (RuntimeError, ValueError) as exc:  # e.g. an eigh that does not converge
+            # A diagnostic must never end a run: warn and try again at the next probe.
+            warnings.warn(f"plasticity probe failed at step {self.num_timesteps} ({type(exc).__name__}: {exc}); no plasticity/* this time", RuntimeWarning, stacklevel=2)
+            computed = {}
+        values = {k: float(v) for k, v in computed.items() if math.isfinite(float(v))}
         for tag, value in values.items():
             self.logger.record(tag, value)
         self.seconds += time.perf_counter() - start
         if values:
             self.logger.record("time/probe_seconds", self.seconds)
-            self.logger.dump(self.num_timesteps)
+            # Only the probe's own tags: an update's pending train/* belong to the learner's dump.
+            dump_keys(self.logger, [*values, "time/probe_seconds"], self.num_timesteps)
         self.last_values = values
         return values
