@@ -115,24 +115,30 @@ class PeriodicEval(BaseCallback):
     :param task_end: global step at which the task's segment ends (no periodic eval there: the
         scheduler's end-of-task evaluation takes that point)
     :param curve: dict with ``steps``, ``success`` and ``return`` lists, appended in place
+    :param log_start: write the task-start evaluation to TensorBoard; False on the first task
+        after a resume, whose start step the interrupted run already logged (the value is the same)
     """
 
-    def __init__(self, run_eval: Callable[[], EvalResult], every: int, task_end: int, curve: dict[str, list]) -> None:
+    def __init__(
+        self, run_eval: Callable[[], EvalResult], every: int, task_end: int, curve: dict[str, list], log_start: bool = True
+    ) -> None:
         super().__init__()
         self.run_eval, self.every, self.task_end, self.curve = run_eval, max(1, every), task_end, curve
+        self.log_start = log_start
         self.next_eval = 0
 
-    def _record(self) -> None:
+    def _record(self, log: bool = True) -> None:
         res = self.run_eval()
         self.curve["steps"].append(int(self.num_timesteps))
         self.curve["success"].append(res.success)
         self.curve.setdefault("return", []).append(res.mean_return)
-        self.logger.record("eval/success", res.success)
-        self.logger.record("eval/return", res.mean_return)
-        dump_keys(self.logger, ("eval/success", "eval/return"), self.num_timesteps)
+        if log:
+            self.logger.record("eval/success", res.success)
+            self.logger.record("eval/return", res.mean_return)
+            dump_keys(self.logger, ("eval/success", "eval/return"), self.num_timesteps)
 
     def _on_training_start(self) -> None:
-        self._record()
+        self._record(self.log_start)
         self.next_eval = self.num_timesteps + self.every
 
     def _on_rollout_start(self) -> None:

@@ -76,6 +76,7 @@ class ContinualScheduler:
         self.logger: Logger | None = None
         self._eval_envs: dict[int, EvalEnvs] = {}
         self._task_seconds = float("nan")  # training time of the task being evaluated
+        self._resumed_at: int | None = None  # first task trained after a resume
         # Generator states and counters at the last task boundary (see rl_moe.continual.rng).
         self._boundary_state: dict[str, Any] | None = None
 
@@ -130,8 +131,11 @@ class ContinualScheduler:
         if cfg.reference is not None:
             res.reference_aucs = reference_aucs(cfg.reference, list(cfg.tasks))
         # A resume hides what the interrupted run logged past the last finished task.
+        # The boundary step itself stays with the earlier run (its last update is logged there).
         fresh = res.finished_tasks == 0 and not any((self.run_dir / "tb").glob("events.*"))
-        self.logger = tensorboard_logger(str(self.run_dir / "tb"), None if fresh else res.global_step)
+        self._resumed_at = None if res.finished_tasks == 0 else res.finished_tasks
+        purge = None if fresh else (0 if res.finished_tasks == 0 else res.global_step + 1)
+        self.logger = tensorboard_logger(str(self.run_dir / "tb"), purge)
         if res.finished_tasks == 0:
             _log_config_table(self.logger, cfg)
         try:
@@ -217,7 +221,7 @@ class ContinualScheduler:
         start = res.global_step
         curve = {"steps": [], "success": [], "return": []}
         every = max(1, cfg.steps_per_task // cfg.eval.evals_per_task)
-        callbacks: list[BaseCallback] = [PeriodicEval(lambda: self._evaluate(i, cfg.eval.n_episodes), every, start + cfg.steps_per_task, curve)]
+        callbacks: list[BaseCallback] = [PeriodicEval(lambda: self._evaluate(i, cfg.eval.n_episodes), every, start + cfg.steps_per_task, curve, log_start=i != self._resumed_at)]
         if probe_states is not None:
             probe = make_probe_callback(self._probe_input(probe_states), cfg.probe.every or every, cfg.seed)
             if probe is not None:
