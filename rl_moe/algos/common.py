@@ -141,7 +141,10 @@ class RegularizedMixin:
                 ref_norm = grads_norm(grads[i] for i in sel)
             else:
                 ref_norm = grads_norm(torch.autograd.grad(s.reference, [params[i] for i in sel], retain_graph=True, allow_unused=True))
-            coef = (s.rho * ref_norm / (grads_norm(pen[i] for i in sel) + s.eps)).detach()  # () tensor
+            pen_norm = grads_norm(pen[i] for i in sel)
+            # A penalty with no gradient (e.g. 0 at isotropic features) gets coefficient 0, not
+            # rho * ||g|| / eps (~1e6 in the logs); the update is the same either way.
+            coef = torch.where(pen_norm > 0, s.rho * ref_norm / (pen_norm + s.eps), torch.zeros_like(pen_norm)).detach()  # () tensor
             if s.on_resolve is not None:
                 s.on_resolve(coef)
             sink.add(term.name, term.loss, coef)
