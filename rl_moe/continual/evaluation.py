@@ -7,6 +7,8 @@ Success follows the suite's rule through ``info["is_success"]`` (see
 from __future__ import annotations
 
 import copy
+import ctypes
+import gc
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -60,6 +62,19 @@ class EvalEnvs:
         if self._venv is not None:
             self._venv.close()
             self._venv = None
+
+
+def release_memory() -> None:
+    """Collect garbage and hand freed heap pages back to the OS (glibc ``malloc_trim``).
+
+    Building and closing MuJoCo envs leaves the freed memory fragmented inside glibc's heap:
+    without this RSS climbed ~50 MB per MetaWorld task although nothing stayed referenced.
+    """
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 def evaluate(

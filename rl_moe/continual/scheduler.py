@@ -28,7 +28,7 @@ from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.continual.config import RunConfig
 from rl_moe.continual.envs import EnvFactory, make_vec_env, task_factories
 from rl_moe.continual.errors import DivergedError
-from rl_moe.continual.evaluation import EvalEnvs, EvalResult, PeriodicEval, evaluate
+from rl_moe.continual.evaluation import EvalEnvs, EvalResult, PeriodicEval, evaluate, release_memory
 from rl_moe.continual.probe import default_probe_policy, load_or_collect, make_probe_callback
 from rl_moe.continual.progress import ProgressLine
 from rl_moe.continual.resolve import suite_of
@@ -111,8 +111,15 @@ class ContinualScheduler:
     def _obs_rms(self) -> Any:
         return self.env.obs_rms if isinstance(self.env, VecNormalize) else None
 
-    def _evaluate(self, j: int, n_episodes: int) -> EvalResult:
+    def _evaluate(self, j: int, n_episodes: int, reuse: bool = True) -> EvalResult:
+        """Score task ``j``. The training task's eval envs are built once and reused (its
+        periodic evaluations); other tasks' are built for one evaluation and closed: holding
+        every task's envs would cost ~18 MB per MetaWorld env."""
         assert self.model is not None
+        if not reuse:
+            return evaluate(self.model, self.eval_factories(j), n_episodes, self._obs_rms())
+        for k in [k for k in self._eval_envs if k != j]:
+            self._eval_envs.pop(k).close()
         if j not in self._eval_envs:
             self._eval_envs[j] = EvalEnvs(self.eval_factories(j))
         return evaluate(self.model, self._eval_envs[j], n_episodes, self._obs_rms())
@@ -275,7 +282,8 @@ class ContinualScheduler:
         cols = range(len(self.tasks)) if (self.cfg.eval.full_matrix or last) else [i]
         row: list[EvalResult | None] = [None] * len(self.tasks)
         for j in cols:
-            row[j] = self._evaluate(j, self.cfg.eval.matrix_episodes)
+            row[j] = self._evaluate(j, self.cfg.eval.matrix_episodes, reuse=j == i)
+        release_memory()
         return row
 
     def _store_trained(self, i: int, start: int, end: int, curve: dict[str, list]) -> None:
