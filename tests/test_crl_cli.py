@@ -197,6 +197,22 @@ def test_forward_transfer_with_rl_reference(tmp_path: Path) -> None:
     assert rl["cl_metrics"]["forward_transfer"] is None
     assert crl["cl_metrics"]["forward_transfer"] == pytest.approx(0.0)
 
+    # Known answer away from 0/0: constant success 0.75 (CRL) against 0.5 (reference) on every
+    # task gives AUCs 0.75 and 0.5, so FT = (0.75 - 0.5) / (1 - 0.5) = 0.5.
+    from rl_moe.continual.results import Results, reference_aucs
+
+    def flat(res: dict, value: float) -> None:
+        for curve in res["eval_curves"].values():
+            curve["success"] = [value] * len(curve["success"])
+
+    flat(rl, 0.5)
+    (tmp_path / "rl" / "results.json").write_text(json.dumps(rl))
+    flat(crl, 0.75)
+    res = Results.from_dict(crl)
+    res.reference_aucs = reference_aucs(tmp_path / "rl", res.tasks)
+    assert res.reference_aucs == pytest.approx([0.5, 0.5])
+    assert res.cl_metrics()["forward_transfer"] == pytest.approx(0.5)
+
 
 BAD_INPUTS = [
     (["--suite", "cw11"], "valid choices: cw10, cw20, hb5, smoke"),
@@ -293,6 +309,10 @@ def test_real_sigint_exits_130_without_traceback(tmp_path: Path) -> None:
     while not list(out.glob("*/*/probe_states.pt")) and time.time() < deadline:  # training has begun
         time.sleep(0.2)
     time.sleep(1.0)
+    # A second Ctrl-C during the clean-up must not change the exit code (it made Python re-raise
+    # SIGINT now and then: exit status -2 instead of 130).
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

@@ -23,7 +23,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from torch import Tensor
 
 from rl_moe.diagnostics.actor_grad import actor_grad, learner_family
-from rl_moe.diagnostics.slq import SlqConfig
+from rl_moe.diagnostics.slq import PROBE_SLQ_PROBES, SlqConfig
 from rl_moe.diagnostics.suite import (
     coupling_group,
     entk_rank,
@@ -51,7 +51,8 @@ class ProbeConfig:
     :param critic: also log the critic eNTK rank (``plasticity/critic_entk_rank``)
     :param online: also probe N states from the latest rollout / replay data (``_online`` tags)
     :param knn: neighbours for ``routing/knn_jaccard``
-    :param slq: SLQ probes and Lanczos steps
+    :param slq: SLQ probes and Lanczos steps (64 probes: see :class:`~rl_moe.diagnostics.slq.SlqConfig`
+        for the measured error)
     :param seed: seed of the state sampling and SLQ probes
     """
 
@@ -63,7 +64,7 @@ class ProbeConfig:
     critic: bool = True
     online: bool = False
     knn: int = 10
-    slq: SlqConfig = field(default_factory=SlqConfig)
+    slq: SlqConfig = field(default_factory=lambda: SlqConfig(n_probes=PROBE_SLQ_PROBES))
     seed: int = 0
 
     def __post_init__(self) -> None:
