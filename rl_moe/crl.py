@@ -3,7 +3,7 @@
 Examples::
 
     python -m rl_moe.crl --suite smoke --algo td3 --method topk
-    python -m rl_moe.crl --suite cw10 --tasks 2 --steps-per-task 20000
+    python -m rl_moe.crl --suite cw10 --tasks 2 --steps-per-task 32768
     python -m rl_moe.crl --resume runs/cw10/ppo-sphere-s0-20260101-120000
 
 Exit codes: 0 done; 2 a user mistake, reported on one line before anything is written;
@@ -124,6 +124,16 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> None:
         results = Results.from_dict(json.loads(path.read_text()))
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"cannot resume {str(run_dir)!r}: corrupt results.json ({exc!r}); restore it or start a new run") from None
+    probe = run_dir / "probe_states.pt"
+    if probe.is_file():
+        import torch
+
+        try:
+            states = torch.load(probe, map_location="cpu", weights_only=True)
+        except Exception as exc:  # torch raises several types for a damaged file
+            raise UsageError(f"cannot resume {str(run_dir)!r}: corrupt probe_states.pt ({type(exc).__name__}); delete it (it is collected again) or start a new run") from None
+        if not isinstance(states, torch.Tensor) or states.ndim != 2:
+            raise UsageError(f"cannot resume {str(run_dir)!r}: probe_states.pt is not an (N, obs_dim) tensor; delete it (it is collected again)")
     for i in range(min(results.finished_tasks, len(cfg.tasks))):
         ckpt = checkpoint_path(run_dir, i, cfg.tasks[i])
         if not checkpoint_ok(ckpt):

@@ -233,6 +233,14 @@ BAD_INPUTS = [
     (["--resume", "/nonexistent/run"], "no such run folder"),
     (["--seed", "x"], "invalid int value"),
     (["--threads", "0"], "must be >= 1"),
+    (["--set", "reg.sphere.rho=abc"], "expected a finite float"),
+    (["--set", "reg.sphere.rho=NaN"], "expected a finite float"),
+    (["--set", "reg.nosuchreg.x=1"], "unknown regularizer 'nosuchreg'"),
+    (["--set", "reg.cbp.replacement_rate=0.5"], "this method does not use 'cbp'"),
+    (["--set", "reg.sphere.rhoo=0.5"], "valid fields of reg.sphere"),
+    (["--set", "ppo.n_steps=1e400"], "expected an int"),
+    (["--set", "ppo.lr_start=inf"], "expected a finite float"),
+    (["--set", "ppo.gamma=5"], "must be in (0, 1]"),
 ]
 
 
@@ -370,8 +378,9 @@ def test_sigint_during_startup_exits_130_without_traceback(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize(
-    "damage", ["checkpoint_garbage", "checkpoint_truncated", "checkpoint_missing", "results_json", "regularizer_state"]
-)
+    "damage", ["checkpoint_garbage", "checkpoint_truncated", "checkpoint_missing", "results_json", "regularizer_state",
+               "results_matrix_shape", "probe_states"]
+)  # fmt: skip
 def test_resume_with_corrupt_files_exits_2_and_changes_nothing(tmp_path: Path, capsys, damage: str) -> None:
     run = tmp_path / "run"
     assert main(["--suite", "smoke", "--method", "topk", "--tasks", "2", "--steps-per-task", "128", "--run-dir", str(run), *TINY]) == 0
@@ -387,6 +396,10 @@ def test_resume_with_corrupt_files_exits_2_and_changes_nothing(tmp_path: Path, c
         ckpt.unlink()
     elif damage == "regularizer_state":
         regularizer_state_path(ckpt).write_bytes(b"garbage")
+    elif damage == "results_matrix_shape":
+        (run / "results.json").write_text(json.dumps({**results, "success_matrix": [[0.0]]}))
+    elif damage == "probe_states":
+        (run / "probe_states.pt").write_bytes(b"garbage")
     else:
         (run / "results.json").write_text("{truncated")
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
@@ -394,6 +407,7 @@ def test_resume_with_corrupt_files_exits_2_and_changes_nothing(tmp_path: Path, c
     assert main(["--resume", str(run), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: cannot resume")
-    assert ("results.json" in err[0]) == (damage == "results_json")
+    assert ("results.json" in err[0]) == damage.startswith("results_")
+    assert ("probe_states.pt" in err[0]) == (damage == "probe_states")
     assert ("regularizer state" in err[0]) == (damage == "regularizer_state")
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before

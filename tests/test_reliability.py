@@ -192,3 +192,43 @@ def test_tensorboard_steps_strictly_increase_and_resume_purges_the_redone_range(
     assert steps["train/loss"] == _steps(run / "tb")["train/loss"]
     for tag, s in steps.items():
         assert all(b > a for a, b in zip(s, s[1:])), (tag, s)
+
+
+# ---- item 8: small things a user notices -------------------------------------------------
+def test_quick_start_budget_is_whole_rollouts_and_results_record_the_steps_run(tmp_path: Path) -> None:
+    import re
+
+    from rl_moe.continual.resolve import RunRequest, resolve
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    steps = int(re.search(r"--suite cw10 --tasks 2 --steps-per-task (\d+)", readme).group(1))  # type: ignore[union-attr]
+    cfg = resolve(RunRequest(suite="cw10", tasks=2, steps_per_task=steps))
+    assert cfg.effective_steps_per_task == steps  # no silent overrun of the asked budget
+
+    run = tmp_path / "run"
+    assert main([*TINY, "--tasks", "1", "--steps-per-task", "100", "--run-dir", str(run)]) == 0
+    res = json.loads((run / "results.json").read_text())
+    assert res["steps_per_task"] == 128  # two envs x 64 steps: one whole rollout, as trained
+    start, end = res["task_segments"][0]
+    assert end - start == res["steps_per_task"]
+
+
+def test_resume_refuses_conflicting_run_flags_and_prints_an_absolute_resume_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.chdir(tmp_path)
+    original = sched_mod.ContinualScheduler._train_task
+
+    def stop(self, i, probe):  # type: ignore[no-untyped-def]
+        if i == 1:
+            raise KeyboardInterrupt
+        original(self, i, probe)
+
+    monkeypatch.setattr(sched_mod.ContinualScheduler, "_train_task", stop)
+    assert main([*TINY, "--run-dir", "rel/run"]) == 130
+    err = capsys.readouterr().err
+    assert f"--resume {tmp_path / 'rel' / 'run'}" in err
+    monkeypatch.setattr(sched_mod.ContinualScheduler, "_train_task", original)
+    for flag in (["--method", "topk"], ["--algo", "td3"], ["--seed", "3"]):
+        assert main(["--resume", "rel/run", "--no-progress", *flag]) == 2
+        line = capsys.readouterr().err.strip()
+        assert "conflicts with the resumed run's stored" in line and len(line.splitlines()) == 1
+    assert main(["--resume", "rel/run", "--no-progress", "--method", "sphere", "--seed", "0"]) == 0  # same values: fine

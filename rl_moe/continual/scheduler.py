@@ -234,7 +234,8 @@ class ContinualScheduler:
             if probe is not None:
                 callbacks.append(probe)
         if self.progress:
-            callbacks.append(ProgressLine(f"[task {i + 1}/{len(self.tasks)} {task.name}]", start, cfg.effective_steps_per_task))
+            later = (len(self.tasks) - i - 1) * cfg.effective_steps_per_task
+            callbacks.append(ProgressLine(f"[task {i + 1}/{len(self.tasks)} {task.name}]", start, cfg.effective_steps_per_task, later_steps=later))
         callbacks.extend(self.extra_callbacks)
         try:
             self.model.learn(total_timesteps=cfg.steps_per_task, reset_num_timesteps=False, callback=callbacks, log_interval=1)
