@@ -246,6 +246,9 @@ class ContinualScheduler:
             step = int(self.model.num_timesteps)
             raise DivergedError(f"{bad} at step {step} in task {i + 1} ({task.name})") from exc
         end = int(self.model.num_timesteps)
+        flush = getattr(self.model, "flush_update_logs", None)
+        if callable(flush):  # the task's last update, at its step (before the checkpoint)
+            flush()
         self._task_seconds = time.perf_counter() - t0
         # The task is finished once its checkpoint is on disk: an interruption from here on
         # costs only the evaluation below, which a resume runs again.
