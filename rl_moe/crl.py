@@ -42,6 +42,8 @@ from rl_moe.continual.config import RunConfig  # noqa: E402
 from rl_moe.continual.errors import DivergedError, UsageError  # noqa: E402
 from rl_moe.continual.methods import METHODS  # noqa: E402
 from rl_moe.continual.resolve import ALGO_NAMES, DEVICES, RunRequest, resolve  # noqa: E402
+from rl_moe.continual.rng import load as load_training_state  # noqa: E402
+from rl_moe.continual.rng import state_path as training_state_path  # noqa: E402
 from rl_moe.continual.results import (  # noqa: E402
     Results,
     checkpoint_ok,
@@ -143,6 +145,7 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> None:
             )
         try:
             load_regularizer_state(regularizer_state_path(ckpt))
+            load_training_state(training_state_path(ckpt))
         except ValueError as exc:
             raise UsageError(f"cannot resume {str(run_dir)!r}: {exc}; restore it or start a new run") from None
 

@@ -381,7 +381,7 @@ def test_sigint_during_startup_exits_130_without_traceback(tmp_path: Path) -> No
 
 @pytest.mark.parametrize(
     "damage", ["checkpoint_garbage", "checkpoint_truncated", "checkpoint_missing", "results_json", "regularizer_state",
-               "results_matrix_shape", "probe_states"]
+               "results_matrix_shape", "probe_states", "training_state"]
 )  # fmt: skip
 def test_resume_with_corrupt_files_exits_2_and_changes_nothing(tmp_path: Path, capsys, damage: str) -> None:
     run = tmp_path / "run"
@@ -400,6 +400,8 @@ def test_resume_with_corrupt_files_exits_2_and_changes_nothing(tmp_path: Path, c
         regularizer_state_path(ckpt).write_bytes(b"garbage")
     elif damage == "results_matrix_shape":
         (run / "results.json").write_text(json.dumps({**results, "success_matrix": [[0.0]]}))
+    elif damage == "training_state":
+        ckpt.with_suffix(".state.pt").write_bytes(b"garbage")
     elif damage == "probe_states":
         (run / "probe_states.pt").write_bytes(b"garbage")
     else:
@@ -411,5 +413,6 @@ def test_resume_with_corrupt_files_exits_2_and_changes_nothing(tmp_path: Path, c
     assert len(err) == 1 and err[0].startswith("error: cannot resume")
     assert ("results.json" in err[0]) == damage.startswith("results_")
     assert ("probe_states.pt" in err[0]) == (damage == "probe_states")
+    assert ("training state" in err[0]) == (damage == "training_state")
     assert ("regularizer state" in err[0]) == (damage == "regularizer_state")
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before

@@ -21,11 +21,6 @@ from rl_moe.crl import main
 TINY = ["--suite", "smoke", "--preset", "tiny", "--no-progress", "--tasks", "2", "--steps-per-task", "256"]
 
 
-def _weights(run: Path, i: int) -> dict[str, torch.Tensor]:
-    _, params, _ = load_from_zip_file(checkpoint_path(run, i, f"pendulum-{i}"), device="cpu")
-    return {f"{part}.{k}": v for part, sd in params.items() for k, v in (sd.items() if isinstance(sd, dict) else [])}
-
-
 def _state_tensors(run: Path, i: int) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     _, params, _ = load_from_zip_file(checkpoint_path(run, i, f"pendulum-{i}"), device="cpu")

@@ -23,9 +23,11 @@ _COUNTERS: tuple[str, ...] = ("_n_updates", "_episode_num")
 
 def capture(model: BaseAlgorithm) -> dict[str, Any]:
     """The generators' states (python, numpy, torch CPU and CUDA, the action space's) and counters."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()  # type: ignore[misc]
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        # As a tensor and plain numbers, so the file loads with torch.load(weights_only=True).
+        "numpy": (name, torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss), float(cached)),
         "torch": torch.get_rng_state(),
         "action_space": model.action_space.np_random.bit_generator.state,
         "counters": {name: int(getattr(model, name, 0)) for name in _COUNTERS},
@@ -38,7 +40,8 @@ def capture(model: BaseAlgorithm) -> dict[str, Any]:
 def restore(model: BaseAlgorithm, state: dict[str, Any]) -> None:
     """Put back what :func:`capture` returned."""
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -60,8 +63,7 @@ def load(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        # Python's and numpy's generator states are tuples of ints and arrays: not weights-only.
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for a damaged pickle/zip
         raise ValueError(f"unreadable training state {str(path)!r} ({type(exc).__name__})") from None
     if not isinstance(state, dict) or "numpy" not in state:
