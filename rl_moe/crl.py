@@ -3,11 +3,13 @@
 Examples::
 
     python -m rl_moe.crl --suite smoke --algo td3 --method topk
-    python -m rl_moe.crl --suite cw10 --tasks 2 --steps-per-task 20000
+    python -m rl_moe.crl --suite cw10 --tasks 2 --steps-per-task 32768
     python -m rl_moe.crl --resume runs/cw10/ppo-sphere-s0-20260101-120000
 
-Every user mistake is reported on one line with exit code 2 before anything is written;
-Ctrl-C stops cleanly with exit code 130 and prints the command that resumes the run.
+Exit codes: 0 done; 2 a user mistake, reported on one line before anything is written;
+3 training produced a NaN/inf (one line naming the term, step and task; the run folder keeps
+every finished task and resumes, e.g. with a changed ``--set``); 130 interrupted (Ctrl-C), with
+the command that resumes the run. See docs/continual.md, "Guarantees".
 """
 
 from __future__ import annotations
@@ -26,13 +28,22 @@ def _quit_during_startup(signum: int, frame: object) -> None:
     os._exit(130)
 
 
+def _interrupt_once(signum: int, frame: object) -> None:
+    """The first Ctrl-C raises KeyboardInterrupt; later ones are ignored, so a second signal
+    during the clean-up cannot escape the handler and change the exit code."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":  # Ctrl-C while the heavy imports below load exits as cleanly as later
     signal.signal(signal.SIGINT, _quit_during_startup)
 
 from rl_moe.continual.config import RunConfig  # noqa: E402
-from rl_moe.continual.errors import UsageError  # noqa: E402
+from rl_moe.continual.errors import DivergedError, UsageError  # noqa: E402
 from rl_moe.continual.methods import METHODS  # noqa: E402
 from rl_moe.continual.resolve import ALGO_NAMES, DEVICES, RunRequest, resolve  # noqa: E402
+from rl_moe.continual.rng import load as load_training_state  # noqa: E402
+from rl_moe.continual.rng import state_path as training_state_path  # noqa: E402
 from rl_moe.continual.results import (  # noqa: E402
     Results,
     checkpoint_ok,
@@ -43,7 +54,14 @@ from rl_moe.continual.results import (  # noqa: E402
 from rl_moe.continual.suites import builtin_suites  # noqa: E402
 
 EXIT_USAGE = 2
+EXIT_DIVERGED = 3
 EXIT_INTERRUPTED = 130
+#: Flags that define a run: on ``--resume`` the stored values hold, and a differing flag is refused.
+_RUN_FLAGS: dict[str, str] = {
+    "suite": "suite", "algo": "algo", "method": "method", "protocol": "protocol", "seed": "seed",
+    "steps_per_task": "steps_per_task", "device": "device",
+}  # fmt: skip
+_DEFAULTS: dict[str, object] = {"suite": "cw10", "algo": "ppo", "method": "sphere", "protocol": "crl", "seed": 0, "device": "auto"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -56,14 +74,14 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m rl_moe.crl", description="Continual RL with MoE policies: train a method through a task suite.")
-    p.add_argument("--suite", default="cw10", help=f"built-in suite ({', '.join(builtin_suites())}) or a suite .json path")
-    p.add_argument("--algo", default="ppo", help=f"learner: {', '.join(ALGO_NAMES)}")
-    p.add_argument("--method", default="sphere", help=f"network + regularizers: {', '.join(METHODS)}")
-    p.add_argument("--protocol", default="crl", help="crl: one agent through the tasks; rl: fresh agent per task")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--suite", default=None, help=f"built-in suite ({', '.join(builtin_suites())}) or a suite .json path")
+    p.add_argument("--algo", default=None, help=f"learner: {', '.join(ALGO_NAMES)}")
+    p.add_argument("--method", default=None, help=f"network + regularizers: {', '.join(METHODS)}")
+    p.add_argument("--protocol", default=None, help="crl: one agent through the tasks; rl: fresh agent per task")
+    p.add_argument("--seed", type=int, default=None, help="run seed (default 0)")
     p.add_argument("--steps-per-task", type=int, default=None, help="env steps per task (default: the suite's budget)")
     p.add_argument("--tasks", type=int, default=None, help="train only the first N tasks of the suite")
-    p.add_argument("--device", default="auto", help=f"torch device: {', '.join(DEVICES)}")
+    p.add_argument("--device", default=None, help=f"torch device: {', '.join(DEVICES)}")
     p.add_argument("--vec-env", default="auto", help="auto (in-process on <= 2 cores), dummy or subproc")
     p.add_argument("--experts", type=int, default=None, help="number of experts E (default 10)")
     p.add_argument("--top-k", type=int, default=None, help="active experts K <= E (default 2)")
@@ -74,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default=None, help="override bundle applied before --set: tiny (small nets/rollouts, seconds-fast)")
     p.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-        help="override a config field: net.hidden=32,32  ppo.n_steps=64  eval.n_episodes=2  reg.sphere.rho=0.01",
+        help="override a config field: net.hidden=32,32  ppo.n_steps=64  eval.n_episodes=2  reg.sphere.rho=0.01 "
+        "(also on --resume: the run continues with the changed setting)",
     )  # fmt: skip
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: small nets run fastest single-threaded)")
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
@@ -107,6 +126,16 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> None:
         results = Results.from_dict(json.loads(path.read_text()))
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"cannot resume {str(run_dir)!r}: corrupt results.json ({exc!r}); restore it or start a new run") from None
+    probe = run_dir / "probe_states.pt"
+    if probe.is_file():
+        import torch
+
+        try:
+            states = torch.load(probe, map_location="cpu", weights_only=True)
+        except Exception as exc:  # torch raises several types for a damaged file
+            raise UsageError(f"cannot resume {str(run_dir)!r}: corrupt probe_states.pt ({type(exc).__name__}); delete it (it is collected again) or start a new run") from None
+        if not isinstance(states, torch.Tensor) or states.ndim != 2:
+            raise UsageError(f"cannot resume {str(run_dir)!r}: probe_states.pt is not an (N, obs_dim) tensor; delete it (it is collected again)")
     for i in range(min(results.finished_tasks, len(cfg.tasks))):
         ckpt = checkpoint_path(run_dir, i, cfg.tasks[i])
         if not checkpoint_ok(ckpt):
@@ -116,6 +145,7 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> None:
             )
         try:
             load_regularizer_state(regularizer_state_path(ckpt))
+            load_training_state(training_state_path(ckpt))
         except ValueError as exc:
             raise UsageError(f"cannot resume {str(run_dir)!r}: {exc}; restore it or start a new run") from None
 
@@ -128,18 +158,61 @@ def _new_run_dir(cfg: RunConfig, out: str) -> Path:
     return path
 
 
+def _has_finished_task(run_dir: Path) -> bool:
+    try:
+        return int(json.loads((run_dir / "results.json").read_text())["finished_tasks"]) > 0
+    except (OSError, ValueError, KeyError, TypeError):
+        return (run_dir / "results.json").is_file()  # unreadable: keep it, resume reports it
+
+
+def _check_flags_match(args: argparse.Namespace, cfg: RunConfig) -> None:
+    """A resumed run keeps its stored settings; refuse flags that ask for different ones."""
+    stored = {"suite": cfg.suite, "algo": cfg.algo, "method": cfg.method, "protocol": cfg.protocol, "seed": cfg.seed,
+              "steps_per_task": cfg.steps_per_task, "device": cfg.device}  # fmt: skip
+    for name, key in _RUN_FLAGS.items():
+        given = getattr(args, name)
+        if given is not None and given != stored[key]:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag} {given} conflicts with the resumed run's stored {stored[key]!r}; drop {flag} (the stored value is kept) or start a new run")
+
+
+def _with_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
+    """``--set`` on a resume: the stored config with the overrides, validated like a new run's."""
+    import dataclasses
+
+    from rl_moe.continual.config import apply_overrides
+    from rl_moe.continual.methods import check_regularizers, get_method
+    from rl_moe.continual.resolve import check_sections
+
+    regs_used = get_method(cfg.method).regularizers
+    sections = {name: getattr(cfg, name) for name in ("net", "ppo", "td3", "eval", "probe")}
+    sections, regs = apply_overrides(sections, {k: dict(v) for k, v in cfg.regularizers.items()}, overrides, used=regs_used)
+    check_sections(sections)
+    check_regularizers(regs_used, {k: regs.get(k, {}) for k in regs_used})
+    return dataclasses.replace(cfg, regularizers=regs, **sections)
+
+
 def prepare(args: argparse.Namespace) -> tuple[RunConfig, Path]:
     """Resolve the run (all validation) and return its config and folder; writes nothing."""
     resume_dir = args.resume
     if resume_dir is None and args.run_dir is not None and (Path(args.run_dir) / "config.json").is_file():
         resume_dir = args.run_dir
+        try:
+            _load_run(Path(resume_dir))
+        except UsageError:
+            if not _has_finished_task(Path(resume_dir)):
+                resume_dir = None  # killed while the folder was being created: start it again
     if resume_dir is not None:
         run_dir = Path(resume_dir)
         if not run_dir.is_dir():
             raise UsageError(f"cannot resume {resume_dir!r}: no such run folder")
         cfg = _load_run(run_dir)
+        _check_flags_match(args, cfg)
         _check_resumable(run_dir, cfg)
+        if args.overrides:
+            cfg = _with_overrides(cfg, args.overrides)
         return cfg, run_dir
+    args = argparse.Namespace(**{**vars(args), **{k: v for k, v in _DEFAULTS.items() if getattr(args, k) is None}})
     req = RunRequest(
         suite=args.suite, algo=args.algo, method=args.method, protocol=args.protocol, seed=args.seed,
         steps_per_task=args.steps_per_task, tasks=args.tasks, device=args.device, vec_env=args.vec_env,
@@ -180,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE
-    resume_cmd = f"python -m rl_moe.crl --resume {run_dir}"
+    resume_cmd = f"python -m rl_moe.crl --resume {run_dir.resolve()}"
     results_path = run_dir / "results.json"
     if results_path.is_file() and json.loads(results_path.read_text()).get("complete"):
         print(f"run {run_dir} is already complete; nothing to do")
@@ -195,8 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not (run_dir / "config.json").is_file():
-        cfg.save(str(run_dir / "config.json"))
+    stored = run_dir / "config.json"
+    if not stored.is_file() or stored.read_text() != json.dumps(cfg.to_dict(), indent=2) + "\n":
+        cfg.save(str(stored))  # new run, restarted partial folder, or --set on a resume
     print(f"run folder: {run_dir}", flush=True)
     note = _rollout_note(cfg)
     if note:
@@ -206,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"\ninterrupted; finished tasks are saved. Resume with: {resume_cmd}\n")
         return EXIT_INTERRUPTED
+    except DivergedError as exc:
+        sys.stderr.write(f"\nerror: {exc}; finished tasks are kept: change the setting and resume with {resume_cmd} --set KEY=VALUE\n")
+        return EXIT_DIVERGED
     print(_summary(results.to_dict()))
     print(f"results: {results_path}")
     return 0
@@ -222,5 +299,12 @@ def _entry() -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    sys.exit(_entry())
+    signal.signal(signal.SIGINT, _interrupt_once)
+    code = _entry()
+    if code == EXIT_INTERRUPTED:
+        # Leave without the interpreter's shutdown (atexit hooks, finalizers), where a late
+        # KeyboardInterrupt would make Python re-raise SIGINT (exit status -2 instead of 130).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
+    sys.exit(code)

@@ -148,3 +148,25 @@ def test_learner_resolves_gradient_scaled_terms_exactly(n_terms: int):
     assert float(total) == pytest.approx(float(full), rel=1e-5)
     for k, lam in enumerate(lams):
         assert model._penalty_log.values[f"train/coef_scaled{k}"] == [pytest.approx(float(lam), rel=1e-5)]
+
+
+def test_gradient_scaled_term_without_gradient_logs_coefficient_zero():
+    """A penalty whose gradient is 0 (e.g. SPHERE at isotropic features) logs lambda = 0, not
+    rho * ||g|| / eps (about 1e6)."""
+    from rl_moe.regularizers import GradScale
+
+    model, _ = _ppo([])
+    policy = model.policy
+    reference = policy.actor_net(torch.randn(8, 3)).out.pow(2).mean()
+    theta = tuple(policy.actor_net.parameters())
+
+    class Flat(Regularizer):
+        name = "flat"
+
+        def penalty(self, ctx):
+            return [Penalty(self.name, 0.0 * theta[0].sum(), 0.0, GradScale(0.1, reference, theta))]
+
+    model.regularizers = [Flat()]
+    policy.optimizer.zero_grad()
+    model._backward(LossContext(model, "ppo", None), reference, reference.new_zeros(()), list(policy.parameters()))
+    assert model._penalty_log.values["train/coef_flat"] == [0.0]

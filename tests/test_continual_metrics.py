@@ -45,7 +45,7 @@ def test_results_schema_incomplete_and_complete(tmp_path: Path) -> None:
     assert d["schema"] == 1 and d["complete"] is False and d["success_matrix"] == [[None, None], [None, None]]
     assert d["final_success"] == [None, None] and d["cl_metrics"]["average_performance"] is None
     res.success_matrix = [[0.5, 0.0], [0.25, 1.0]]
-    res.finished_tasks, res.task_segments = 2, [[0, 100], [100, 200]]
+    res.finished_tasks, res.evaluated_tasks, res.task_segments = 2, 2, [[0, 100], [100, 200]]
     res.eval_curves = {"a": {"steps": [0, 100], "success": [0.0, 0.5]}, "b": {"steps": [100, 200], "success": [0.0, 1.0]}}
     d = res.to_dict()
     assert d["own_success"] == [0.5, 1.0] and d["final_success"] == [0.25, 1.0]
@@ -72,7 +72,7 @@ def test_task_linear_schedule_is_task_local() -> None:
 
 
 def test_overrides_and_presets_resolve() -> None:
-    cfg = resolve(RunRequest(suite="cw10", method="topk", tasks=2, overrides=("ppo.n_steps=64", "net.hidden=32,32", "eval.full_matrix=false", "reg.sphere.rho=0.5")))
+    cfg = resolve(RunRequest(suite="cw10", method="sphere", tasks=2, overrides=("ppo.n_steps=64", "net.hidden=32,32", "eval.full_matrix=false", "reg.sphere.rho=0.5")))
     assert cfg.ppo.n_steps == 64 and cfg.ppo.n_envs == 8 and cfg.ppo.batch_size == 256 and cfg.ppo.lr_start == 3e-4
     assert cfg.net.hidden == (32, 32) and cfg.eval.full_matrix is False and cfg.regularizers["sphere"]["rho"] == 0.5
     assert cfg.tasks == ("hammer-v3", "push-wall-v3") and cfg.steps_per_task == 1_000_000
@@ -81,7 +81,12 @@ def test_overrides_and_presets_resolve() -> None:
     for bad, msg in [
         ("ppo.nsteps=3", "valid fields of ppo"),
         ("foo.bar=1", "valid choices"),
-        ("ppo.n_steps=abc", "expected int"),
+        ("ppo.n_steps=abc", "expected an int"),
+        ("ppo.n_steps=1e400", "expected an int"),
+        ("ppo.lr_start=inf", "expected a finite float"),
+        ("ppo.gamma=5", "gamma must be in \\(0, 1\\]"),
+        ("reg.sphere.rho=0.5", "this method does not use 'sphere'"),
+        ("reg.nosuchreg.x=1", "unknown regularizer 'nosuchreg'"),
         ("ppo.n_steps=0", "must be > 0"),
         ("net.top_k=11", "top_k must be in"),
     ]:
@@ -110,7 +115,7 @@ def test_periodic_eval_fires_at_rollout_boundaries() -> None:
 
     class _Model:
         num_timesteps = 1000
-        logger = type("L", (), {"record": lambda *a: None, "dump": lambda *a: None})()
+        logger = type("L", (), {"record": lambda *a: None, "dump": lambda *a: None, "name_to_value": {}, "name_to_excluded": {}, "name_to_count": {}})()
 
     model = _Model()
     cb = PeriodicEval(lambda: (calls.append(cb.num_timesteps), EvalResult(0.5, -1.0, 2))[1], every=100, task_end=1600, curve=curve)
@@ -141,3 +146,23 @@ def test_progress_line_draws_bar_counts_and_newline() -> None:
     line._on_training_end()
     last = out.getvalue().split("\r")[-1]
     assert "[########################]" in last and "200/200" in last and last.endswith("\n")
+
+
+def test_progress_eta_covers_the_run_at_the_rollout_plus_update_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import types
+
+    from rl_moe.continual import progress
+
+    clock = {"t": 0.0}
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock["t"])
+    line = progress.ProgressLine("[task 1/3 a]", task_start=0, task_steps=100, stream=io.StringIO(), interval=0.0, later_steps=200)
+    line.model = types.SimpleNamespace(num_timesteps=0)  # type: ignore[assignment]
+    line.num_timesteps = 0
+    line._on_training_start()
+    clock["t"] = 1.0  # a 50-step rollout in 1 s ...
+    line.num_timesteps = line.model.num_timesteps = 50
+    clock["t"] = 5.0  # ... then a 4 s update: 50 steps per 5 s cycle
+    line._on_rollout_start()
+    # 50 steps left in this task + 200 in the later tasks, at 10 steps/s.
+    assert line.eta_seconds() == pytest.approx(25.0)

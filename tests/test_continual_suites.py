@@ -228,8 +228,37 @@ def test_jax_stub_installs_only_when_missing(monkeypatch: pytest.MonkeyPatch) ->
 @pytest.mark.skipif(importlib.util.find_spec("humanoid_bench") is not None, reason="HumanoidBench is installed")
 def test_humanoidbench_missing_names_install_command() -> None:
     suite = load_suite("hb5")
-    with pytest.raises(MissingDependencyError, match="pip install --no-deps git\\+https://github.com/carlosferrazza/humanoid-bench"):
+    with pytest.raises(MissingDependencyError, match="mujoco==3.3.0 .*pip install --no-deps -e humanoid-bench"):
         EnvFactory(suite.family, suite.tasks[0], suite.episode_length, suite.success_type, seed=0)()
+
+
+@pytest.mark.parametrize("present", [(), ("envs",), ("dmc_deps",)])
+def test_broken_humanoidbench_install_exits_2_naming_the_fix(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys, present) -> None:
+    """A non-editable install (``git+`` included) has ``humanoid_bench`` without ``envs/`` or
+    ``dmc_deps/``: one line, exit 2, naming the editable install (a fake package stands in)."""
+    from rl_moe.crl import main
+
+    pkg = tmp_path / "site" / "humanoid_bench"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from humanoid_bench.envs import basic  # noqa: F401\n")
+    for name in present:
+        (pkg / name).mkdir()
+    (tmp_path / "site" / "dm_control").mkdir()
+    (tmp_path / "site" / "dm_control" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    for name in ("humanoid_bench", "dm_control"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert main(["--suite", "hb5", "--out", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "broken" in err[0] and "pip install --no-deps -e humanoid-bench" in err[0], err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_core_install_pins_mujoco_for_metaworld() -> None:
+    """An extra package (dm_control pulls mujoco 4) must not be able to upgrade MuJoCo under MetaWorld."""
+    tomllib = pytest.importorskip("tomllib")
+    deps = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert "mujoco==3.3.0" in deps
 
 
 @pytest.mark.skipif(importlib.util.find_spec("humanoid_bench") is None, reason="HumanoidBench not installed")

@@ -197,6 +197,22 @@ def test_forward_transfer_with_rl_reference(tmp_path: Path) -> None:
     assert rl["cl_metrics"]["forward_transfer"] is None
     assert crl["cl_metrics"]["forward_transfer"] == pytest.approx(0.0)
 
+    # Known answer away from 0/0: constant success 0.75 (CRL) against 0.5 (reference) on every
+    # task gives AUCs 0.75 and 0.5, so FT = (0.75 - 0.5) / (1 - 0.5) = 0.5.
+    from rl_moe.continual.results import Results, reference_aucs
+
+    def flat(res: dict, value: float) -> None:
+        for curve in res["eval_curves"].values():
+            curve["success"] = [value] * len(curve["success"])
+
+    flat(rl, 0.5)
+    (tmp_path / "rl" / "results.json").write_text(json.dumps(rl))
+    flat(crl, 0.75)
+    res = Results.from_dict(crl)
+    res.reference_aucs = reference_aucs(tmp_path / "rl", res.tasks)
+    assert res.reference_aucs == pytest.approx([0.5, 0.5])
+    assert res.cl_metrics()["forward_transfer"] == pytest.approx(0.5)
+
 
 BAD_INPUTS = [
     (["--suite", "cw11"], "valid choices: cw10, cw20, hb5, smoke"),
@@ -218,6 +234,14 @@ BAD_INPUTS = [
     (["--resume", "/nonexistent/run"], "no such run folder"),
     (["--seed", "x"], "invalid int value"),
     (["--threads", "0"], "must be >= 1"),
+    (["--set", "reg.sphere.rho=abc"], "expected a finite float"),
+    (["--set", "reg.sphere.rho=NaN"], "expected a finite float"),
+    (["--set", "reg.nosuchreg.x=1"], "unknown regularizer 'nosuchreg'"),
+    (["--set", "reg.cbp.replacement_rate=0.5"], "this method does not use 'cbp'"),
+    (["--set", "reg.sphere.rhoo=0.5"], "valid fields of reg.sphere"),
+    (["--set", "ppo.n_steps=1e400"], "expected an int"),
+    (["--set", "ppo.lr_start=inf"], "expected a finite float"),
+    (["--set", "ppo.gamma=5"], "must be in (0, 1]"),
 ]
 
 
@@ -294,7 +318,13 @@ def test_real_sigint_exits_130_without_traceback(tmp_path: Path) -> None:
     while not list(out.glob("*/*/probe_states.pt")) and time.time() < deadline:  # training has begun
         time.sleep(0.2)
     time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
+    # A second Ctrl-C during the clean-up must not change the exit code (it made Python re-raise
+    # SIGINT now and then: exit status -2 instead of 130).
+    for _ in range(40):  # an impatient user: Ctrl-C held down through the clean-up and exit
+        if proc.poll() is not None:
+            break
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.01)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Resume with: python -m rl_moe.crl --resume" in err and "Traceback" not in err
@@ -351,8 +381,9 @@ def test_sigint_during_startup_exits_130_without_traceback(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize(
-    "damage", ["checkpoint_garbage", "checkpoint_truncated", "checkpoint_missing", "results_json", "regularizer_state"]
-)
+    "damage", ["checkpoint_garbage", "checkpoint_truncated", "checkpoint_missing", "results_json", "regularizer_state",
+               "results_matrix_shape", "probe_states", "training_state"]
+)  # fmt: skip
 def test_resume_with_corrupt_files_exits_2_and_changes_nothing(tmp_path: Path, capsys, damage: str) -> None:
     run = tmp_path / "run"
     assert main(["--suite", "smoke", "--method", "topk", "--tasks", "2", "--steps-per-task", "128", "--run-dir", str(run), *TINY]) == 0
@@ -368,6 +399,12 @@ def test_resume_with_corrupt_files_exits_2_and_changes_nothing(tmp_path: Path, c
         ckpt.unlink()
     elif damage == "regularizer_state":
         regularizer_state_path(ckpt).write_bytes(b"garbage")
+    elif damage == "results_matrix_shape":
+        (run / "results.json").write_text(json.dumps({**results, "success_matrix": [[0.0]]}))
+    elif damage == "training_state":
+        ckpt.with_suffix(".state.pt").write_bytes(b"garbage")
+    elif damage == "probe_states":
+        (run / "probe_states.pt").write_bytes(b"garbage")
     else:
         (run / "results.json").write_text("{truncated")
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
@@ -375,6 +412,8 @@ def test_resume_with_corrupt_files_exits_2_and_changes_nothing(tmp_path: Path, c
     assert main(["--resume", str(run), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: cannot resume")
-    assert ("results.json" in err[0]) == (damage == "results_json")
+    assert ("results.json" in err[0]) == damage.startswith("results_")
+    assert ("probe_states.pt" in err[0]) == (damage == "probe_states")
+    assert ("training state" in err[0]) == (damage == "training_state")
     assert ("regularizer state" in err[0]) == (damage == "regularizer_state")
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before

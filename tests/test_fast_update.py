@@ -263,4 +263,4 @@ def test_td3_train_reads_the_device_once_per_call() -> None:
     model = _td3("on", [Sphere(rank_every=0)])
     model.learn(64)
     syncs = [count_ops(lambda: model.train(steps, 16), exclude_scopes=CPU_INTERNAL).syncs for steps in (2, 8)]
-    assert syncs[0] == syncs[1] and syncs[0] <= 2, syncs
+    assert syncs[0] == syncs[1] and syncs[0] <= 4, syncs  # the sums, and the NaN guard's one reduction

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from rl_moe.algos.guard import check_update
 from rl_moe.regularizers.base import LossContext, Penalty, Regularizer, grads_norm
 
 
@@ -145,7 +146,10 @@ class RegularizedMixin:
                 ref_norm = grads_norm(grads[i] for i in sel)
             else:
                 ref_norm = grads_norm(torch.autograd.grad(s.reference, [params[i] for i in sel], retain_graph=True, allow_unused=True))
-            coef = (s.rho * ref_norm / (grads_norm(pen[i] for i in sel) + s.eps)).detach()  # () tensor
+            pen_norm = grads_norm(pen[i] for i in sel)
+            # A penalty with no gradient (e.g. 0 at isotropic features) gets coefficient 0, not
+            # rho * ||g|| / eps (~1e6 in the logs); the update is the same either way.
+            coef = torch.where(pen_norm > 0, s.rho * ref_norm / (pen_norm + s.eps), torch.zeros_like(pen_norm)).detach()  # () tensor
             if s.on_resolve is not None:
                 s.on_resolve(coef)
             sink.add(term.name, term.loss, coef)
@@ -189,10 +193,15 @@ class RegularizedMixin:
             reg.after_update(self, phase)  # type: ignore[arg-type]
 
     def _record_regularizer_logs(self, term_means: dict[str, float] | None = None) -> None:
-        """Log the penalty terms (means over the update) and each regularizer's own scalars."""
+        """Log the penalty terms (means over the update) and each regularizer's own scalars, then
+        run the NaN guard on everything the update logged (every update path ends here).
+
+        :raises NonFiniteError: if a logged ``train/*`` value, a weight or a gradient is not finite
+        """
         logger: Any = self.logger  # type: ignore[attr-defined]
         for key, value in (self._penalty_log.means() if term_means is None else term_means).items():
             logger.record(key, value)
         for reg in self.regularizers:
             for key, value in reg.logs().items():
                 logger.record(f"train/{key}", value)
+        check_update(logger.name_to_value, self.policy.parameters())  # type: ignore[attr-defined]

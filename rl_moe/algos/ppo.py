@@ -72,6 +72,7 @@ class MoEPPO(RegularizedMixin, PPO):
         return self._fast
 
     def collect_rollouts(self, *args: Any, **kwargs: Any) -> bool:
+        self.flush_update_logs()
         fast = self._fast_updater()
         if fast is None:
             return super().collect_rollouts(*args, **kwargs)
@@ -80,12 +81,21 @@ class MoEPPO(RegularizedMixin, PPO):
         with no_distribution_checks(), static_shapes(fast.static):
             return super().collect_rollouts(*args, **kwargs)
 
+    def flush_update_logs(self) -> None:
+        """Write the last update's pending ``train/*`` at the step it ran (before the next
+        rollout's callbacks log at that step), so each tag is written once per update."""
+        if self.logger.name_to_value:
+            self.logger.dump(self.num_timesteps)
+
     def train(self) -> None:
         fast = self._fast_updater()
         if fast is not None:
             fast.train()
-            return
-        self._train_standard()
+        else:
+            # Non-finite weights flow into the logged means, where the NaN guard names the term,
+            # instead of failing a distribution's argument check mid-update.
+            with no_distribution_checks():
+                self._train_standard()
 
     def _train_standard(self) -> None:
         self.policy.set_training_mode(True)

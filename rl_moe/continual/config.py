@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
+import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -142,9 +144,10 @@ class RunConfig:
         return _from_dict(cls, data)
 
     def save(self, path: str) -> None:
-        with open(path, "w") as fh:
-            json.dump(self.to_dict(), fh, indent=2)
-            fh.write("\n")
+        """Write ``config.json`` atomically: a kill mid-write never leaves a partial file."""
+        from rl_moe.continual.results import write_json_atomic
+
+        write_json_atomic(path, self.to_dict())
 
 
 #: ``--preset NAME``: named bundles of ``--set`` overrides, applied before the user's own.
@@ -205,11 +208,49 @@ def parse_value(text: str, hint: Any, key: str) -> Any:
             return tuple(inner(v) for v in text.split(",") if v.strip())
         if hint is int:
             return int(float(text)) if "e" in text.lower() else int(text)
-        if hint in (float, str):
-            return hint(text)
-    except ValueError:
-        raise UsageError(f"bad value {text!r} for {key}: expected {getattr(hint, '__name__', hint)}") from None
+        if hint is float:
+            value = float(text)
+            if not math.isfinite(value):
+                raise ValueError(text)
+            return value
+        if hint is str:
+            return text
+    except (ValueError, OverflowError):
+        what = "finite float" if hint is float else getattr(hint, "__name__", hint)
+        raise UsageError(f"bad value {text!r} for {key}: expected {'an' if what == 'int' else 'a'} {what}") from None
     return text
+
+
+def regularizer_fields(name: str) -> dict[str, Any]:
+    """The typed settings of regularizer ``name``: field -> type hint (its constructor's keyword
+    arguments; SPHERE's are the fields of its config dataclass)."""
+    from rl_moe.regularizers import REGISTRY, SphereConfig
+
+    cls = REGISTRY[name]
+    hints = typing.get_type_hints(cls.__init__)
+    fields = {p: hints.get(p, str) for p in inspect.signature(cls.__init__).parameters if p not in ("self", "config", "overrides", "suite")}
+    if name == "sphere":
+        fields.update(typing.get_type_hints(SphereConfig))
+    return fields
+
+
+def parse_regularizer_override(name: str, field_name: str, text: str, used: tuple[str, ...]) -> Any:
+    """Parse ``--set reg.<name>.<field>=<text>`` by the field's type.
+
+    :param used: the regularizers of the run's method (others take no overrides)
+    :raises UsageError: for a regularizer the method does not use, an unknown field or a bad value
+    """
+    from rl_moe.regularizers import REGISTRY
+
+    key = f"reg.{name}.{field_name}"
+    if name not in REGISTRY:
+        raise UsageError(f"unknown regularizer {name!r} in --set {key}; valid choices: {', '.join(REGISTRY)}")
+    if name not in used:
+        raise UsageError(f"--set {key}: this method does not use {name!r}; its regularizers: {', '.join(used) or 'none'}")
+    fields = regularizer_fields(name)
+    if field_name not in fields:
+        raise UsageError(f"unknown --set key {key!r}; valid fields of reg.{name}: {', '.join(fields)}")
+    return parse_value(text.strip(), fields[field_name], key)
 
 
 def parse_json_scalar(text: str) -> Any:
@@ -221,13 +262,15 @@ def parse_json_scalar(text: str) -> Any:
 
 
 def apply_overrides(
-    sections: dict[str, Any], regs: dict[str, dict[str, Any]], overrides: list[str]
+    sections: dict[str, Any], regs: dict[str, dict[str, Any]], overrides: list[str], used: tuple[str, ...] | None = None
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Apply ``section.field=value`` strings to section dataclasses and regularizer kwargs.
 
     :param sections: section name -> dataclass instance (keys of :data:`SECTIONS`)
     :param regs: regularizer name -> kwargs
     :param overrides: the ``--set`` arguments
+    :param used: the method's regularizers: ``reg.*`` values are then parsed by the field's type
+        and overrides of any other regularizer are an error (None: JSON scalars, unchecked)
     """
     sections, regs = dict(sections), {k: dict(v) for k, v in regs.items()}
     valid = ", ".join([f"{s}.<field>" for s in SECTIONS] + ["reg.<regularizer>.<kwarg>"])
@@ -239,7 +282,8 @@ def apply_overrides(
         if parts[0] == "reg":
             if len(parts) != 3:
                 raise UsageError(f"bad --set key {key!r}: expected reg.<regularizer>.<kwarg>")
-            regs.setdefault(parts[1], {})[parts[2]] = parse_json_scalar(text)
+            value = parse_json_scalar(text) if used is None else parse_regularizer_override(parts[1], parts[2], text, used)
+            regs.setdefault(parts[1], {})[parts[2]] = value
             continue
         if parts[0] not in SECTIONS or len(parts) != 2:
             raise UsageError(f"unknown --set key {key!r}; valid choices: {valid}")

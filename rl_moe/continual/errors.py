@@ -9,3 +9,8 @@ class UsageError(ValueError):
 
 class MissingDependencyError(UsageError):
     """An optional dependency is absent: the message names the extra or install command."""
+
+
+class DivergedError(RuntimeError):
+    """Training produced a NaN or infinite value (exit code 3): the message names the term, the
+    step and the task; the run folder keeps the last finished task and can be resumed."""

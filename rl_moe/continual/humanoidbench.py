@@ -1,9 +1,14 @@
 """Optional HumanoidBench (H1) integration with the compatibility fixes listed in docs/continual.md.
 
-HumanoidBench is not on PyPI; install it with::
+HumanoidBench is not on PyPI; install it with (checked with the real package)::
 
-    pip install dm_control imageio
-    pip install --no-deps git+https://github.com/carlosferrazza/humanoid-bench
+    pip install dm_control imageio mujoco==3.3.0
+    git clone https://github.com/carlosferrazza/humanoid-bench
+    pip install --no-deps -e humanoid-bench
+
+``mujoco==3.3.0`` keeps pip from pulling mujoco 4 (and dm_control 1.0.50), which breaks MuJoCo's
+bindings and MetaWorld itself. The install must be editable: a regular one, the ``git+`` form
+included, leaves out the package's ``envs/`` and ``dmc_deps/`` folders.
 
 Fixes applied on import: a stub ``jax`` when jax is absent (the H1 tasks never call it), the
 dm_control index tables of ``humanoid_bench.dmc_deps`` pointed at the installed dm_control
@@ -17,16 +22,20 @@ import importlib
 import importlib.util
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
 from rl_moe.continual.errors import MissingDependencyError
 
-INSTALL_HINT = (
-    "HumanoidBench is not installed; install it with: pip install dm_control imageio && "
-    "pip install --no-deps git+https://github.com/carlosferrazza/humanoid-bench"
+INSTALL_COMMAND = (
+    "pip install dm_control imageio mujoco==3.3.0 && git clone https://github.com/carlosferrazza/humanoid-bench "
+    "&& pip install --no-deps -e humanoid-bench"
 )
+INSTALL_HINT = f"HumanoidBench is not installed; install it with: {INSTALL_COMMAND}"
+#: Folders of the ``humanoid_bench`` package that a non-editable install leaves out.
+REQUIRED_FOLDERS: tuple[str, ...] = ("envs", "dmc_deps")
 
 
 class _JaxStub(types.ModuleType):
@@ -54,12 +63,36 @@ def _install_jax_stub() -> None:
         sys.modules[f"jax.{sub}"] = module
 
 
-def import_humanoid_bench() -> types.ModuleType:
-    """Import ``humanoid_bench`` with the fixes applied; raises :class:`MissingDependencyError`."""
+def _broken_install_reason() -> str | None:
+    """Why an importable ``humanoid_bench`` cannot work (None when it looks complete)."""
+    spec = importlib.util.find_spec("humanoid_bench")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    roots = [Path(p) for p in spec.submodule_search_locations]
+    missing = [name for name in REQUIRED_FOLDERS if not any((root / name).is_dir() for root in roots)]
+    if missing:
+        return f"its {', '.join(f'{m}/' for m in missing)} folder{'s are' if len(missing) > 1 else ' is'} missing (a non-editable install)"
+    return None
+
+
+def check_available() -> None:
+    """Raise :class:`MissingDependencyError` when HumanoidBench is absent or its install is broken
+    (no import side effects)."""
     if importlib.util.find_spec("humanoid_bench") is None or importlib.util.find_spec("dm_control") is None:
         raise MissingDependencyError(INSTALL_HINT)
+    reason = _broken_install_reason()
+    if reason is not None:
+        raise MissingDependencyError(f"HumanoidBench is installed but broken: {reason}; reinstall it editable: {INSTALL_COMMAND}")
+
+
+def import_humanoid_bench() -> types.ModuleType:
+    """Import ``humanoid_bench`` with the fixes applied; raises :class:`MissingDependencyError`."""
+    check_available()
     _install_jax_stub()
-    module = importlib.import_module("humanoid_bench")
+    try:
+        module = importlib.import_module("humanoid_bench")
+    except ImportError as exc:  # e.g. dm_control built against another mujoco
+        raise MissingDependencyError(f"HumanoidBench fails to import ({exc}); reinstall with: {INSTALL_COMMAND}") from None
     try:
         dmc_index = importlib.import_module("humanoid_bench.dmc_deps.dmc_index")
         mjbindings = importlib.import_module("dm_control.mujoco.wrapper.mjbindings")
@@ -67,12 +100,6 @@ def import_humanoid_bench() -> types.ModuleType:
     except ImportError:
         pass  # layouts without the bundled index tables need no fix
     return module
-
-
-def check_available() -> None:
-    """Raise :class:`MissingDependencyError` when HumanoidBench cannot be imported (no import side effects)."""
-    if importlib.util.find_spec("humanoid_bench") is None or importlib.util.find_spec("dm_control") is None:
-        raise MissingDependencyError(INSTALL_HINT)
 
 
 def make_h1(task_id: str, **kwargs: Any) -> gym.Env:

@@ -13,23 +13,36 @@ from stable_baselines3.common.callbacks import BaseCallback
 class ProgressLine(BaseCallback):
     """Redraws ``[task i/N name] steps/total  steps/s  ETA`` at most every ``interval`` seconds.
 
+    The rate is measured over whole rollout-plus-update cycles once one has finished (a rollout
+    alone runs several times faster than the cycle), and the ETA covers the rest of the run:
+    this task's remaining steps plus ``later_steps``.
+
     :param label: task label shown in front
     :param task_start: global step at which the task began
     :param task_steps: steps of the task
     :param stream: output stream (stderr by default)
     :param interval: minimum seconds between redraws
+    :param later_steps: steps of the tasks still to come after this one
     """
 
-    def __init__(self, label: str, task_start: int, task_steps: int, stream: TextIO | None = None, interval: float = 1.0) -> None:
+    def __init__(
+        self, label: str, task_start: int, task_steps: int, stream: TextIO | None = None, interval: float = 1.0, later_steps: int = 0
+    ) -> None:
         super().__init__()
         self.label, self.task_start, self.task_steps = label, task_start, task_steps
         self.stream = stream if stream is not None else sys.stderr
-        self.interval = interval
+        self.interval, self.later_steps = interval, later_steps
         self._t0 = self._last = 0.0
+        self._cycle_rate: float | None = None  # steps/s over finished rollout + update cycles
 
     def _on_training_start(self) -> None:
         self._t0 = self._last = time.perf_counter()
         self._draw()
+
+    def _on_rollout_start(self) -> None:
+        done = self.model.num_timesteps - self.task_start
+        if done > 0:  # an update has just finished: the whole cycle is in the elapsed time
+            self._cycle_rate = done / max(time.perf_counter() - self._t0, 1e-9)
 
     def _on_step(self) -> bool:
         now = time.perf_counter()
@@ -43,14 +56,21 @@ class ProgressLine(BaseCallback):
         self.stream.write("\n")
         self.stream.flush()
 
+    def eta_seconds(self) -> float:
+        """Seconds left in the run at the measured throughput (NaN before any step)."""
+        done = min(self.num_timesteps - self.task_start, self.task_steps)
+        rate = self._cycle_rate if self._cycle_rate is not None else done / max(time.perf_counter() - self._t0, 1e-9)
+        left = self.task_steps - done + self.later_steps
+        return left / rate if rate > 0 else float("nan")
+
     def _draw(self) -> None:
         done = min(self.num_timesteps - self.task_start, self.task_steps)
         elapsed = max(time.perf_counter() - self._t0, 1e-9)
-        rate = done / elapsed
-        eta = (self.task_steps - done) / rate if rate > 0 else float("nan")
+        rate = self._cycle_rate if self._cycle_rate is not None else done / elapsed
+        eta = self.eta_seconds()
         width = 24
         filled = int(width * done / self.task_steps)
         bar = "#" * filled + "-" * (width - filled)
         eta_s = "     ?" if math.isnan(eta) else f"{eta:6.0f}s"
-        self.stream.write(f"\r{self.label} [{bar}] {done:>9,}/{self.task_steps:,}  {rate:7.0f} steps/s  ETA {eta_s}")
+        self.stream.write(f"\r{self.label} [{bar}] {done:>9,}/{self.task_steps:,}  {rate:7.0f} steps/s  run ETA {eta_s}")
         self.stream.flush()

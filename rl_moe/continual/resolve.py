@@ -66,6 +66,28 @@ def _positive(section: str, obj: Any, names: tuple[str, ...], allow_zero: tuple[
             raise UsageError(f"{section}.{name} must be {bound}, got {value}")
 
 
+def _within(section: str, obj: Any, names: tuple[str, ...], low: float, high: float, low_open: bool) -> None:
+    """``names`` must lie in (low, high] (``low_open``) or [low, high]."""
+    for name in names:
+        value = getattr(obj, name)
+        if not ((low < value) if low_open else (low <= value)) or value > high:
+            raise UsageError(f"{section}.{name} must be in {'(' if low_open else '['}{low:g}, {high:g}], got {value}")
+
+
+def check_sections(sections: dict[str, Any]) -> None:
+    """Range-check the numeric settings (new runs and ``--set`` on a resume alike)."""
+    _positive("ppo", sections["ppo"], ("n_envs", "n_steps", "batch_size", "n_epochs", "lr_start", "lr_decay_fraction", "clip_range", "max_grad_norm"), ("lr_end", "ent_coef", "vf_coef"))
+    _within("ppo", sections["ppo"], ("gamma", "lr_decay_fraction"), 0.0, 1.0, True)
+    _within("ppo", sections["ppo"], ("gae_lambda",), 0.0, 1.0, False)
+    _positive("td3", sections["td3"], ("n_envs", "buffer_size", "batch_size", "train_freq", "gradient_steps", "policy_delay", "lr"), ("learning_starts", "action_noise_std", "target_policy_noise", "target_noise_clip"))
+    _within("td3", sections["td3"], ("gamma", "tau"), 0.0, 1.0, True)
+    _positive("eval", sections["eval"], ("evals_per_task", "n_episodes", "matrix_episodes", "n_envs"))
+    _positive("probe", sections["probe"], ("n_states",), ("every", "noise"))
+    _positive("net", sections["net"], ("temperature",))
+    for algo_name in ("ppo", "td3"):
+        _choice(sections[algo_name].fast_update, FAST_MODES, f"{algo_name}.fast_update")
+
+
 def _resolve_probe_policy(probe: ProbeSettings, suite: Suite) -> ProbeSettings:
     """``auto`` -> the family's default; ``expert`` must exist for the probe task."""
     from rl_moe.continual.probe import EXPERT_FAMILIES, PROBE_POLICIES, default_probe_policy, metaworld_expert
@@ -148,13 +170,8 @@ def resolve(req: RunRequest) -> RunConfig:
     bundle: tuple[str, ...] = ()
     if req.preset is not None:
         bundle = OVERRIDE_PRESETS[_choice(req.preset, tuple(OVERRIDE_PRESETS), "preset")]
-    sections, regs = apply_overrides(sections, regs, [*bundle, *flags, *req.overrides])
-    _positive("ppo", sections["ppo"], ("n_envs", "n_steps", "batch_size", "n_epochs", "lr_start", "lr_decay_fraction"), ("lr_end",))
-    _positive("td3", sections["td3"], ("n_envs", "buffer_size", "batch_size", "train_freq", "gradient_steps", "policy_delay", "lr"), ("learning_starts", "action_noise_std"))
-    _positive("eval", sections["eval"], ("evals_per_task", "n_episodes", "matrix_episodes", "n_envs"))
-    _positive("probe", sections["probe"], ("n_states",), ("every", "noise"))
-    for algo_name in ("ppo", "td3"):
-        _choice(sections[algo_name].fast_update, FAST_MODES, f"{algo_name}.fast_update")
+    sections, regs = apply_overrides(sections, regs, [*bundle, *flags, *req.overrides], used=method.regularizers)
+    check_sections(sections)
     sections["probe"] = _resolve_probe_policy(sections["probe"], suite)
     n_envs = sections[algo].n_envs
     if sections["net"].critic_moe is None:  # store the algo default explicitly in config.json

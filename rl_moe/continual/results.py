@@ -20,13 +20,24 @@ from rl_moe.continual.metrics import compute_cl_metrics, segment_aucs
 SCHEMA = 1
 
 
+def _default_mode() -> int:
+    """The mode ``open()`` gives a new file (0666 less the umask); ``mkstemp`` would give 0600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def _replace_atomically(path: Path, write: Callable[[str], None]) -> None:
-    """``write(tmp)`` to a temp file in ``path``'s folder, then ``os.replace`` it over ``path``:
-    a reader never sees a half-written file."""
+    """``write(tmp)`` to a temp file in ``path``'s folder, flush it to disk, then ``os.replace`` it
+    over ``path``: a reader never sees a half-written file, and once this returns the file
+    survives a kill (or a power cut, up to the file system's guarantees)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, _default_mode())
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -45,6 +56,11 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     _replace_atomically(Path(path), write)
 
 
+def write_atomic(path: str | Path, write: Callable[[str], None]) -> None:
+    """``write(tmp)`` (any writer taking a file name), then atomically move it to ``path``."""
+    _replace_atomically(Path(path), write)
+
+
 @dataclass
 class Results:
     """Mutable run results; :meth:`to_dict` gives the ``results.json`` object."""
@@ -57,6 +73,7 @@ class Results:
     tasks: list[str]
     steps_per_task: int
     finished_tasks: int = 0
+    evaluated_tasks: int | None = None
     success_matrix: list[list[float | None]] = field(default_factory=list)
     eval_curves: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     task_segments: list[list[int]] = field(default_factory=list)
@@ -67,10 +84,15 @@ class Results:
         n = len(self.tasks)
         if not self.success_matrix:
             self.success_matrix = [[None] * n for _ in range(n)]
+        if self.evaluated_tasks is None or self.evaluated_tasks > self.finished_tasks:
+            # Files from before the field wrote a task's row together with the task.
+            self.evaluated_tasks = self.finished_tasks
+        _check_shape(self)
 
     @property
     def complete(self) -> bool:
-        return self.finished_tasks == len(self.tasks)
+        """Every task trained (checkpoint on disk) and its success-matrix row evaluated."""
+        return self.finished_tasks == len(self.tasks) and self.evaluated_tasks == len(self.tasks)
 
     @property
     def own_success(self) -> list[float | None]:
@@ -106,6 +128,7 @@ class Results:
             "tasks": list(self.tasks),
             "steps_per_task": self.steps_per_task,
             "finished_tasks": self.finished_tasks,
+            "evaluated_tasks": self.evaluated_tasks,
             "complete": self.complete,
             "success_matrix": self.success_matrix,
             "own_success": self.own_success,
@@ -122,12 +145,28 @@ class Results:
             suite=data["suite"], algo=data["algo"], method=data["method"], protocol=data["protocol"],
             seed=int(data["seed"]), tasks=list(data["tasks"]), steps_per_task=int(data["steps_per_task"]),
             finished_tasks=int(data["finished_tasks"]), success_matrix=data["success_matrix"],
+            evaluated_tasks=None if data.get("evaluated_tasks") is None else int(data["evaluated_tasks"]),
             eval_curves=data.get("eval_curves", {}), task_segments=data.get("task_segments", []),
             global_step=int(data.get("global_step", 0)),
         )  # fmt: skip
 
     def save(self, path: str | Path) -> None:
         write_json_atomic(path, self.to_dict())
+
+
+def _check_shape(res: Results) -> None:
+    """:raises ValueError: if the counts or the success matrix do not fit the task list."""
+    n = len(res.tasks)
+    if not 0 <= res.finished_tasks <= n:
+        raise ValueError(f"finished_tasks {res.finished_tasks} is not in 0..{n}")
+    assert res.evaluated_tasks is not None
+    if not max(0, res.finished_tasks - 1) <= res.evaluated_tasks <= res.finished_tasks:
+        raise ValueError(f"evaluated_tasks {res.evaluated_tasks} does not fit finished_tasks {res.finished_tasks}")
+    m = res.success_matrix
+    if not isinstance(m, list) or len(m) != n or any(not isinstance(row, list) or len(row) != n for row in m):
+        raise ValueError(f"success_matrix is not {n} x {n} (one row and column per task)")
+    if any(v is not None and not isinstance(v, (int, float)) for row in m for v in row):
+        raise ValueError("success_matrix holds a value that is neither a number nor null")
 
 
 def checkpoint_path(run_dir: Path, index: int, task: str) -> Path:

@@ -19,13 +19,16 @@ from typing import Any
 import torch
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.logger import Logger, configure
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
+from rl_moe.algos.guard import NonFiniteError, diagnose
+from rl_moe.continual import rng
 from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.continual.config import RunConfig
 from rl_moe.continual.envs import EnvFactory, make_vec_env, task_factories
-from rl_moe.continual.evaluation import EvalResult, PeriodicEval, evaluate
+from rl_moe.continual.errors import DivergedError
+from rl_moe.continual.evaluation import EvalEnvs, EvalResult, PeriodicEval, evaluate, release_memory
 from rl_moe.continual.probe import default_probe_policy, load_or_collect, make_probe_callback
 from rl_moe.continual.progress import ProgressLine
 from rl_moe.continual.resolve import suite_of
@@ -36,7 +39,9 @@ from rl_moe.continual.results import (
     reference_aucs,
     regularizer_state_path,
     save_regularizer_state,
+    write_atomic,
 )
+from rl_moe.tblog import dump_keys, tensorboard_logger
 
 # Seed offsets keep training, evaluation and probe envs on disjoint streams.
 _TRAIN_SEED, _EVAL_SEED, _PROBE_SEED = 0, 50_000, 99_000
@@ -69,6 +74,11 @@ class ContinualScheduler:
         self.model: BaseAlgorithm | None = None
         self.env: VecEnv | None = None
         self.logger: Logger | None = None
+        self._eval_envs: dict[int, EvalEnvs] = {}
+        self._task_seconds = float("nan")  # training time of the task being evaluated
+        self._resumed_at: int | None = None  # first task trained after a resume
+        # Generator states and counters at the last task boundary (see rl_moe.continual.rng).
+        self._boundary_state: dict[str, Any] | None = None
 
     # ---- setup -----------------------------------------------------------------------------
     def _load_results(self) -> Results:
@@ -78,7 +88,8 @@ class ContinualScheduler:
 
             return Results.from_dict(json.loads(path.read_text()))
         cfg = self.cfg
-        return Results(cfg.suite_name, cfg.algo, cfg.method, cfg.protocol, cfg.seed, list(cfg.tasks), cfg.steps_per_task)
+        # The steps a task really runs (PPO rounds the budget up to whole rollouts).
+        return Results(cfg.suite_name, cfg.algo, cfg.method, cfg.protocol, cfg.seed, list(cfg.tasks), cfg.effective_steps_per_task)
 
     def _seed(self, offset: int, task_index: int) -> int:
         return self.cfg.seed * 100_000 + offset + task_index * 100
@@ -100,9 +111,18 @@ class ContinualScheduler:
     def _obs_rms(self) -> Any:
         return self.env.obs_rms if isinstance(self.env, VecNormalize) else None
 
-    def _evaluate(self, j: int, n_episodes: int) -> EvalResult:
+    def _evaluate(self, j: int, n_episodes: int, reuse: bool = True) -> EvalResult:
+        """Score task ``j``. The training task's eval envs are built once and reused (its
+        periodic evaluations); other tasks' are built for one evaluation and closed: holding
+        every task's envs would cost ~18 MB per MetaWorld env."""
         assert self.model is not None
-        return evaluate(self.model, self.eval_factories(j), n_episodes, self._obs_rms())
+        if not reuse:
+            return evaluate(self.model, self.eval_factories(j), n_episodes, self._obs_rms())
+        for k in [k for k in self._eval_envs if k != j]:
+            self._eval_envs.pop(k).close()
+        if j not in self._eval_envs:
+            self._eval_envs[j] = EvalEnvs(self.eval_factories(j))
+        return evaluate(self.model, self._eval_envs[j], n_episodes, self._obs_rms())
 
     # ---- main loop ---------------------------------------------------------------------------
     def run(self) -> Results:
@@ -117,15 +137,25 @@ class ContinualScheduler:
             probe_states = load_or_collect(self.run_dir / "probe_states.pt", probe_factory, cfg.probe.n_states, cfg.seed, policy, cfg.probe.noise)
         if cfg.reference is not None:
             res.reference_aucs = reference_aucs(cfg.reference, list(cfg.tasks))
-        self.logger = configure(str(self.run_dir / "tb"), ["tensorboard"])
+        # A resume hides what the interrupted run logged past the last finished task.
+        # The boundary step itself stays with the earlier run (its last update is logged there).
+        fresh = res.finished_tasks == 0 and not any((self.run_dir / "tb").glob("events.*"))
+        self._resumed_at = None if res.finished_tasks == 0 else res.finished_tasks
+        purge = None if fresh else (0 if res.finished_tasks == 0 else res.global_step + 1)
+        self.logger = tensorboard_logger(str(self.run_dir / "tb"), purge)
         if res.finished_tasks == 0:
             _log_config_table(self.logger, cfg)
         try:
+            if res.evaluated_tasks is not None and res.evaluated_tasks < res.finished_tasks:
+                self._finish_evaluation(res.finished_tasks - 1)
             for i in range(res.finished_tasks, len(self.tasks)):
                 self._train_task(i, probe_states)
             self._finish()
         finally:
             self._close_env()
+            for envs in self._eval_envs.values():
+                envs.close()
+            self._eval_envs.clear()
             if self.logger is not None:
                 self.logger.close()
         return res
@@ -141,17 +171,47 @@ class ContinualScheduler:
     def _prepare_model(self, i: int, env: VecEnv) -> None:
         fresh = self.model is None or self.cfg.protocol == "rl"
         if fresh:
-            self.model = build_model(self.cfg, env, self.device)
-            assert self.logger is not None
-            self.model.set_logger(self.logger)
+            self._build_model(env)
             if self.cfg.protocol == "crl" and i > 0:  # resume: continue from the last finished task
-                prev = checkpoint_path(self.run_dir, i - 1, self.tasks[i - 1].name)
-                self.model.set_parameters(str(prev), exact_match=True, device=self.device)
-                self._load_regularizers(prev)
+                self._load_finished(i - 1)
         else:
             assert self.model is not None
             self.model.set_env(env)
+        assert self.model is not None
         begin_task(self.model, self.cfg, i, self.results.global_step)
+        # Identical from here on whether or not the run was interrupted at this boundary: the
+        # env's first reset seed, the generators and SB3's counters are set, not inherited.
+        env.seed(self._seed(_TRAIN_SEED, i))
+        if self._boundary_state is not None and self.cfg.protocol == "crl":
+            rng.restore(self.model, self._boundary_state)
+
+    def _build_model(self, env: VecEnv) -> None:
+        self.model = build_model(self.cfg, env, self.device)
+        assert self.logger is not None
+        self.model.set_logger(self.logger)
+
+    def _load_finished(self, i: int) -> None:
+        """Load finished task ``i``'s weights, regularizer state and boundary state into the model."""
+        assert self.model is not None
+        ckpt = checkpoint_path(self.run_dir, i, self.tasks[i].name)
+        self.model.set_parameters(str(ckpt), exact_match=True, device=self.device)
+        self._load_regularizers(ckpt)
+        state = rng.load(rng.state_path(ckpt))
+        if state is None:
+            print(f"note: no training state beside {ckpt.name}; the resumed run continues, but not bit for bit", file=sys.stderr)
+        self._boundary_state = state
+
+    def _finish_evaluation(self, i: int) -> None:
+        """Evaluate finished task ``i``'s success-matrix row, whose run was interrupted after the
+        checkpoint was written: the task is not trained again."""
+        previous = self._load_vecnormalize(i) if self.algo_cfg.normalize_obs else None
+        env = self._make_env(i, None)
+        if isinstance(env, VecNormalize) and isinstance(previous, VecNormalize):
+            env.obs_rms, env.ret_rms = copy.deepcopy(previous.obs_rms), copy.deepcopy(previous.ret_rms)
+        self.env = env
+        self._build_model(env)
+        self._load_finished(i)
+        self._evaluate_and_store(i)
 
     def _train_task(self, i: int, probe_states: torch.Tensor | None) -> None:
         cfg, res, task = self.cfg, self.results, self.tasks[i]
@@ -168,28 +228,50 @@ class ContinualScheduler:
         start = res.global_step
         curve = {"steps": [], "success": [], "return": []}
         every = max(1, cfg.steps_per_task // cfg.eval.evals_per_task)
-        callbacks: list[BaseCallback] = [PeriodicEval(lambda: self._evaluate(i, cfg.eval.n_episodes), every, start + cfg.steps_per_task, curve)]
+        callbacks: list[BaseCallback] = [PeriodicEval(lambda: self._evaluate(i, cfg.eval.n_episodes), every, start + cfg.steps_per_task, curve, log_start=i != self._resumed_at)]
         if probe_states is not None:
             probe = make_probe_callback(self._probe_input(probe_states), cfg.probe.every or every, cfg.seed)
             if probe is not None:
                 callbacks.append(probe)
         if self.progress:
-            callbacks.append(ProgressLine(f"[task {i + 1}/{len(self.tasks)} {task.name}]", start, cfg.effective_steps_per_task))
+            later = (len(self.tasks) - i - 1) * cfg.effective_steps_per_task
+            callbacks.append(ProgressLine(f"[task {i + 1}/{len(self.tasks)} {task.name}]", start, cfg.effective_steps_per_task, later_steps=later))
         callbacks.extend(self.extra_callbacks)
-        self.model.learn(total_timesteps=cfg.steps_per_task, reset_num_timesteps=False, callback=callbacks, log_interval=1)
+        try:
+            self.model.learn(total_timesteps=cfg.steps_per_task, reset_num_timesteps=False, callback=callbacks, log_interval=1)
+        except (NonFiniteError, ValueError, RuntimeError) as exc:
+            bad = diagnose(exc, self.model.policy.parameters())
+            if bad is None:
+                raise
+            step = int(self.model.num_timesteps)
+            raise DivergedError(f"{bad} at step {step} in task {i + 1} ({task.name})") from exc
         end = int(self.model.num_timesteps)
-        train_seconds = time.perf_counter() - t0
+        flush = getattr(self.model, "flush_update_logs", None)
+        if callable(flush):  # the task's last update, at its step (before the checkpoint)
+            flush()
+        self._task_seconds = time.perf_counter() - t0
+        # The task is finished once its checkpoint is on disk: an interruption from here on
+        # costs only the evaluation below, which a resume runs again.
         self._save_checkpoint(i)
+        self._store_trained(i, start, end, curve)
+        self._evaluate_and_store(i)
+
+    def _evaluate_and_store(self, i: int) -> None:
+        res = self.results
         t1 = time.perf_counter()
         row = self._evaluate_row(i)
         eval_seconds = time.perf_counter() - t1
         own = row[i]
         assert own is not None
-        curve["steps"].append(end)
-        curve["success"].append(own.success)
-        curve["return"].append(own.mean_return)
-        self._store_task(i, start, end, row, curve)
-        self._log_task(i, end, own, row, train_seconds, eval_seconds)
+        end = res.global_step
+        res.success_matrix[i] = [None if r is None else r.success for r in row]
+        merged = res.eval_curves[self.tasks[i].name]
+        merged["steps"].append(end)
+        merged["success"].append(own.success)
+        merged["return"].append(own.mean_return)
+        res.evaluated_tasks = i + 1
+        res.save(self.run_dir / "results.json")
+        self._log_task(i, end, own, row, self._task_seconds, eval_seconds)
 
     def _probe_input(self, states: torch.Tensor) -> torch.Tensor:
         rms = self._obs_rms()
@@ -204,18 +286,20 @@ class ContinualScheduler:
         cols = range(len(self.tasks)) if (self.cfg.eval.full_matrix or last) else [i]
         row: list[EvalResult | None] = [None] * len(self.tasks)
         for j in cols:
-            row[j] = self._evaluate(j, self.cfg.eval.matrix_episodes)
+            row[j] = self._evaluate(j, self.cfg.eval.matrix_episodes, reuse=j == i)
+        release_memory()
         return row
 
-    def _store_task(self, i: int, start: int, end: int, row: list[EvalResult | None], curve: dict[str, list]) -> None:
+    def _store_trained(self, i: int, start: int, end: int, curve: dict[str, list]) -> None:
+        """Mark task ``i`` finished (its checkpoint is durable) with its periodic-eval curve."""
         res = self.results
-        res.success_matrix[i] = [None if r is None else r.success for r in row]
         merged = res.eval_curves.setdefault(self.tasks[i].name, {"steps": [], "success": [], "return": []})
         for key in ("steps", "success", "return"):
             merged.setdefault(key, []).extend(curve[key])
         res.task_segments = res.task_segments[:i] + [[start, end]]
         res.global_step = end
         res.finished_tasks = i + 1
+        res.evaluated_tasks = i
         res.save(self.run_dir / "results.json")
 
     def _log_task(self, i: int, end: int, own: EvalResult, row: list[EvalResult | None], train_s: float, eval_s: float) -> None:
@@ -226,19 +310,19 @@ class ContinualScheduler:
         log.record("cl/avg_success_seen", sum(seen) / len(seen))
         log.record("time/task_seconds", train_s)
         log.record("time/matrix_eval_seconds", eval_s)
-        log.dump(end)
+        dump_keys(log, ("cl/own_success", "cl/avg_success_seen", "time/task_seconds", "time/matrix_eval_seconds"), end)
         log.record("cl/success_after_task", own.success)
-        log.dump(i)  # x axis = task index (docs/metrics.md)
+        dump_keys(log, ("cl/success_after_task",), i)  # x axis = task index (docs/metrics.md)
 
     def _finish(self) -> None:
         res, log = self.results, self.logger
         if not res.complete or log is None:
             return
         metrics = res.cl_metrics()
-        for key, value in metrics.items():
-            if value is not None:
-                log.record(f"cl/{key}", value)
-        log.dump(res.global_step)
+        keys = [f"cl/{key}" for key, value in metrics.items() if value is not None]
+        for key in keys:
+            log.record(key, metrics[key[3:]])
+        dump_keys(log, keys, res.global_step)
         res.save(self.run_dir / "results.json")
 
     # ---- checkpoints ---------------------------------------------------------------------------
@@ -246,13 +330,25 @@ class ContinualScheduler:
         assert self.model is not None
         path = checkpoint_path(self.run_dir, i, self.tasks[i].name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        # Replay buffers are not part of SB3's .zip; nothing large is written.
-        self.model.save(str(path))
+        # Every file lands atomically and on disk before results.json names the task finished;
+        # the checkpoint .zip last, since resume checks it first. Replay buffers are not part
+        # of SB3's .zip; nothing large is written.
         state = getattr(self.model, "regularizer_state", None)
         if callable(state):
             save_regularizer_state(regularizer_state_path(path), state())
         if isinstance(self.env, VecNormalize):
-            self.env.save(str(path.with_suffix(".vecnormalize.pkl")))
+            env = self.env
+            write_atomic(path.with_suffix(".vecnormalize.pkl"), lambda tmp: env.save(tmp))
+        self._boundary_state = rng.capture(self.model)
+        boundary = self._boundary_state
+        write_atomic(rng.state_path(path), lambda tmp: torch.save(boundary, tmp))
+        model = self.model
+
+        def save_zip(tmp: str) -> None:
+            with open(tmp, "wb") as fh:  # a handle: SB3 would append ".zip" to a path
+                model.save(fh)
+
+        write_atomic(path, save_zip)
 
     def _load_regularizers(self, checkpoint: Path) -> None:
         """Continue the regularizers where the finished task left them (CBP utilities and ages,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from torch import Tensor
 
 from rl_moe.diagnostics.actor_grad import actor_grad, learner_family
-from rl_moe.diagnostics.slq import SlqConfig
+from rl_moe.diagnostics.slq import PROBE_SLQ_PROBES, SlqConfig
 from rl_moe.diagnostics.suite import (
     coupling_group,
     entk_rank,
@@ -32,6 +33,7 @@ from rl_moe.diagnostics.suite import (
     spectral_group,
 )
 from rl_moe.diagnostics.views import actor_view, critic_view
+from rl_moe.tblog import dump_keys
 
 PROBE_FILE = "probe_states.pt"
 
@@ -49,7 +51,8 @@ class ProbeConfig:
     :param critic: also log the critic eNTK rank (``plasticity/critic_entk_rank``)
     :param online: also probe N states from the latest rollout / replay data (``_online`` tags)
     :param knn: neighbours for ``routing/knn_jaccard``
-    :param slq: SLQ probes and Lanczos steps
+    :param slq: SLQ probes and Lanczos steps (64 probes: see :class:`~rl_moe.diagnostics.slq.SlqConfig`
+        for the measured error)
     :param seed: seed of the state sampling and SLQ probes
     """
 
@@ -61,7 +64,7 @@ class ProbeConfig:
     critic: bool = True
     online: bool = False
     knn: int = 10
-    slq: SlqConfig = field(default_factory=SlqConfig)
+    slq: SlqConfig = field(default_factory=lambda: SlqConfig(n_probes=PROBE_SLQ_PROBES))
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -206,12 +209,19 @@ class PlasticityProbe(BaseCallback):
     def probe(self) -> dict[str, float]:
         """Compute, record and dump the due metrics; returns the finite values logged."""
         start = time.perf_counter()
-        values = {k: float(v) for k, v in self.compute().items() if math.isfinite(float(v))}
+        try:
+            computed = self.compute()
+        except (RuntimeError, ValueError) as exc:  # e.g. an eigh that does not converge
+            # A diagnostic must never end a run: warn and try again at the next probe.
+            warnings.warn(f"plasticity probe failed at step {self.num_timesteps} ({type(exc).__name__}: {exc}); no plasticity/* this time", RuntimeWarning, stacklevel=2)
+            computed = {}
+        values = {k: float(v) for k, v in computed.items() if math.isfinite(float(v))}
         for tag, value in values.items():
             self.logger.record(tag, value)
         self.seconds += time.perf_counter() - start
         if values:
             self.logger.record("time/probe_seconds", self.seconds)
-            self.logger.dump(self.num_timesteps)
+            # Only the probe's own tags: an update's pending train/* belong to the learner's dump.
+            dump_keys(self.logger, [*values, "time/probe_seconds"], self.num_timesteps)
         self.last_values = values
         return values

@@ -145,7 +145,9 @@ def _coef_fixed(rho: float, ref: Tensor, loss: Tensor, eps: float) -> float:
 
 
 def _coef_loss_ratio(rho: float, ref: Tensor, loss: Tensor, eps: float) -> Tensor:
-    return rho * ref.detach().abs() / (loss.detach() + eps)  # () tensor: no host read
+    loss = loss.detach()
+    # A zero penalty gets coefficient 0 rather than rho * |ref| / eps.
+    return torch.where(loss > 0, rho * ref.detach().abs() / (loss + eps), torch.zeros_like(loss))  # () tensor: no host read
 
 
 #: Coefficient rules computed from the losses alone: coef_mode -> (rho, reference, penalty, eps) -> lambda.

@@ -1,0 +1,78 @@
+"""The NaN/inf guard: a learner stops at the first non-finite loss term, gradient or weight.
+
+Checked once per update, after the update has logged its means (the values are already on the
+host then) plus one device reduction over the parameters and their gradients: no extra host read
+per minibatch. A non-finite gradient norm shows up as non-finite gradients or, after the optimizer
+step, non-finite weights, so the parameter check covers it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class NonFiniteError(RuntimeError):
+    """Training produced a NaN or infinite value.
+
+    :param tag: what became non-finite (a logged tag such as ``train/loss_sphere``, or
+        ``policy parameters``)
+    :param value: the offending value (``nan``, ``inf`` or ``-inf``)
+    """
+
+    def __init__(self, tag: str, value: float) -> None:
+        super().__init__(f"{tag} became {value}")
+        self.tag, self.value = tag, value
+
+
+def first_non_finite(values: Mapping[str, Any], prefix: str = "train/") -> tuple[str, float] | None:
+    """The first ``(tag, value)`` under ``prefix`` that is a non-finite number, or None."""
+    for tag, value in values.items():
+        if not tag.startswith(prefix) or isinstance(value, bool):
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if not math.isfinite(number):
+            return tag, number
+    return None
+
+
+def parameters_finite(params: Iterable[nn.Parameter]) -> bool:
+    """Whether every parameter and gradient is finite: one host read for the whole model."""
+    flags = []
+    for p in params:
+        flags.append(torch.isfinite(p.detach()).all())
+        if p.grad is not None:
+            flags.append(torch.isfinite(p.grad).all())
+    return bool(torch.stack(flags).all()) if flags else True
+
+
+def check_update(logged: Mapping[str, Any], params: Iterable[nn.Parameter]) -> None:
+    """Raise :class:`NonFiniteError` when an update logged a non-finite ``train/*`` value or left
+    non-finite weights or gradients behind.
+
+    :param logged: the logger's pending values (``logger.name_to_value``)
+    :param params: the learner's parameters
+    """
+    bad = first_non_finite(logged)
+    if bad is not None:
+        raise NonFiniteError(*bad)
+    if not parameters_finite(params):
+        raise NonFiniteError("policy parameters", math.nan)
+
+
+def diagnose(exc: BaseException, params: Iterable[nn.Parameter]) -> NonFiniteError | None:
+    """A :class:`NonFiniteError` when ``exc`` (raised inside an update or a rollout: a
+    distribution's argument check, an ``eigh`` that does not converge) comes from non-finite
+    weights; None when the weights are finite and ``exc`` is something else."""
+    if isinstance(exc, NonFiniteError):
+        return exc
+    if isinstance(exc, (ValueError, RuntimeError)) and not parameters_finite(params):
+        return NonFiniteError("policy parameters", math.nan)
+    return None

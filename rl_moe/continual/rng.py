@@ -1,0 +1,71 @@
+"""Everything beyond the weights that decides how training continues: the random generators and
+SB3's counters, captured at each task boundary so a resumed run continues bit for bit.
+
+Saved as ``task_<idx:02d>_<task>.state.pt`` beside each checkpoint. The scheduler restores it at
+the start of the next task on *both* paths (uninterrupted and resumed), so whatever ran between
+(the end-of-task evaluation, env construction) cannot make the two differ.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from stable_baselines3.common.base_class import BaseAlgorithm
+
+#: SB3 attributes that steer training and are not part of its ``.zip`` parameters: the update
+#: count drives TD3's delayed actor updates.
+_COUNTERS: tuple[str, ...] = ("_n_updates", "_episode_num")
+
+
+def capture(model: BaseAlgorithm) -> dict[str, Any]:
+    """The generators' states (python, numpy, torch CPU and CUDA, the action space's) and counters."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()  # type: ignore[misc]
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        # As a tensor and plain numbers, so the file loads with torch.load(weights_only=True).
+        "numpy": (name, torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss), float(cached)),
+        "torch": torch.get_rng_state(),
+        "action_space": model.action_space.np_random.bit_generator.state,
+        "counters": {name: int(getattr(model, name, 0)) for name in _COUNTERS},
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore(model: BaseAlgorithm, state: dict[str, Any]) -> None:
+    """Put back what :func:`capture` returned."""
+    random.setstate(state["python"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    model.action_space.np_random.bit_generator.state = state["action_space"]
+    for name, value in state["counters"].items():
+        setattr(model, name, int(value))
+
+
+def state_path(checkpoint: Path) -> Path:
+    """``task_<idx:02d>_<task>.state.pt`` beside a checkpoint."""
+    return checkpoint.with_suffix(".state.pt")
+
+
+def load(path: Path) -> dict[str, Any] | None:
+    """The saved state, or None when the file does not exist (runs from before it existed).
+
+    :raises ValueError: if the file is unreadable
+    """
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises several types for a damaged pickle/zip
+        raise ValueError(f"unreadable training state {str(path)!r} ({type(exc).__name__})") from None
+    if not isinstance(state, dict) or "numpy" not in state:
+        raise ValueError(f"unreadable training state {str(path)!r} (not a saved state)")
+    return state

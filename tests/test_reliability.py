@@ -1,0 +1,245 @@
+"""Reliability guarantees of a continual run (docs/continual.md, "Guarantees"): the NaN guard,
+exact resumes, no task lost to an interruption, atomic run files, TensorBoard steps."""
+
+from __future__ import annotations
+
+import json
+import math
+import stat
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import torch
+from stable_baselines3.common.save_util import load_from_zip_file
+
+from rl_moe.algos.guard import NonFiniteError, check_update, first_non_finite
+from rl_moe.continual import scheduler as sched_mod
+from rl_moe.continual.results import checkpoint_path
+from rl_moe.crl import main
+
+TINY = ["--suite", "smoke", "--preset", "tiny", "--no-progress", "--tasks", "2", "--steps-per-task", "256"]
+
+
+def _state_tensors(run: Path, i: int) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    _, params, _ = load_from_zip_file(checkpoint_path(run, i, f"pendulum-{i}"), device="cpu")
+    for part, sd in params.items():
+        if part.endswith("optimizer"):
+            for pid, st in sd["state"].items():
+                for k, v in st.items():
+                    out[f"{part}.{pid}.{k}"] = torch.as_tensor(v)
+        else:
+            out.update({f"{part}.{k}": v for k, v in sd.items()})
+    return out
+
+
+def _same_run(a: Path, b: Path, n: int) -> None:
+    for i in range(n):
+        wa, wb = _state_tensors(a, i), _state_tensors(b, i)
+        assert wa.keys() == wb.keys()
+        diff = {k: float((wa[k].double() - wb[k].double()).abs().max()) for k in wa if not torch.equal(wa[k], wb[k])}
+        assert not diff, f"task {i} differs: {diff}"
+    ra, rb = (json.loads((p / "results.json").read_text()) for p in (a, b))
+    assert ra["success_matrix"] == rb["success_matrix"] and ra["eval_curves"] == rb["eval_curves"]
+
+
+# ---- item 2 + 4: an interrupted and resumed run equals the uninterrupted one ---------------
+def _argv(algo: str) -> list[str]:
+    argv = [*TINY, "--algo", algo, "--method", "sphere"]
+    # TD3 takes a gradient step per env step: a shorter task keeps it seconds-fast.
+    return argv + ["--steps-per-task", "144", "--set", "td3.learning_starts=48"] if algo == "td3" else argv
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One uninterrupted run per algo, shared by the interruption variants."""
+    runs = {}
+    for algo in ("ppo", "td3"):
+        runs[algo] = tmp_path_factory.mktemp(f"full-{algo}")
+        assert main([*_argv(algo), "--run-dir", str(runs[algo])]) == 0
+    return runs
+
+
+@pytest.mark.parametrize("algo", ["ppo", "td3"])
+@pytest.mark.parametrize("where", ["before_task", "during_end_eval"])
+def test_interrupted_and_resumed_run_is_bit_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, uninterrupted: dict[str, Path], algo: str, where: str
+) -> None:
+    argv = _argv(algo)
+    full = uninterrupted[algo]
+
+    trained: list[int] = []
+    original_train, original_row = sched_mod.ContinualScheduler._train_task, sched_mod.ContinualScheduler._evaluate_row
+    state = {"interrupted": False}
+
+    def train(self, i, probe):  # type: ignore[no-untyped-def]
+        trained.append(i)
+        if where == "before_task" and i == 1 and not state["interrupted"]:
+            state["interrupted"] = True
+            raise KeyboardInterrupt
+        original_train(self, i, probe)
+
+    def row(self, i):  # type: ignore[no-untyped-def]
+        if where == "during_end_eval" and i == 0 and not state["interrupted"]:
+            state["interrupted"] = True
+            raise KeyboardInterrupt  # Ctrl-C after the checkpoint, during the evaluation
+        return original_row(self, i)
+
+    monkeypatch.setattr(sched_mod.ContinualScheduler, "_train_task", train)
+    monkeypatch.setattr(sched_mod.ContinualScheduler, "_evaluate_row", row)
+    cut = tmp_path / "cut"
+    assert main([*argv, "--run-dir", str(cut)]) == 130
+    partial = json.loads((cut / "results.json").read_text())
+    assert partial["finished_tasks"] == 1  # the checkpoint was durable: the task is not lost
+    assert partial["evaluated_tasks"] == (0 if where == "during_end_eval" else 1)
+    assert main(["--resume", str(cut), "--no-progress"]) == 0
+    assert trained.count(0) == 1  # task 0 never trained again
+    _same_run(full, cut, 2)
+
+
+# ---- item 1: the NaN guard ---------------------------------------------------------------
+def test_guard_names_the_first_non_finite_term() -> None:
+    assert first_non_finite({"train/loss": 1.0, "eval/x": math.nan}) is None  # train/* only
+    assert first_non_finite({"train/loss": 1.0, "train/loss_sphere": math.nan}) == ("train/loss_sphere", pytest.approx(math.nan, nan_ok=True))
+    p = torch.nn.Parameter(torch.ones(3))
+    check_update({"train/loss": 2.0}, [p])
+    p.grad = torch.tensor([0.0, math.inf, 0.0])
+    with pytest.raises(NonFiniteError, match="policy parameters became nan"):
+        check_update({"train/loss": 2.0}, [p])
+
+
+@pytest.mark.parametrize("algo", ["ppo", "td3"])
+def test_divergence_exits_3_with_one_line_and_resumes_after_a_fix(tmp_path: Path, capsys: pytest.CaptureFixture, algo: str) -> None:
+    run = tmp_path / "run"
+    lr = "ppo.lr_start=1e3" if algo == "ppo" else "td3.lr=1e12"
+    steps = "256" if algo == "ppo" else "128"  # PPO: two updates (the first one ends with huge but finite weights)
+    argv = [*TINY, "--algo", algo, "--run-dir", str(run), "--tasks", "1", "--steps-per-task", steps, "--set", "td3.learning_starts=48"]
+    first = main([*argv, "--set", lr])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert first == 3, err
+    assert len(err) == 1 and "became" in err[0] and "at step" in err[0] and "in task 1 (pendulum-0)" in err[0] and "Traceback" not in err[0]
+    res = json.loads((run / "results.json").read_text())
+    assert res["finished_tasks"] == 0 and not res["complete"]
+    # Resumable once the setting is changed: the stored config takes the new value.
+    good = "ppo.lr_start=1e-3" if algo == "ppo" else "td3.lr=1e-3"
+    assert main(["--resume", str(run), "--no-progress", "--set", good]) == 0
+    cfg = json.loads((run / "config.json").read_text())
+    assert (cfg["ppo"]["lr_start"] if algo == "ppo" else cfg["td3"]["lr"]) == 1e-3
+    assert json.loads((run / "results.json").read_text())["complete"]
+
+
+def test_a_failing_probe_metric_warns_and_training_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rl_moe.diagnostics import probe as probe_mod
+
+    def broken(self):  # type: ignore[no-untyped-def]
+        raise torch.linalg.LinAlgError("linalg.eigh: The algorithm failed to converge")
+
+    monkeypatch.setattr(probe_mod.PlasticityProbe, "compute", broken)
+    with pytest.warns(RuntimeWarning, match="plasticity probe failed"):
+        assert main([*TINY, "--run-dir", str(tmp_path / "run")]) == 0
+
+
+# ---- item 3: atomic run files; a folder killed during creation restarts -------------------
+@pytest.mark.parametrize("content", ["", '{"suite": "smo'])
+def test_partial_config_without_finished_task_restarts_with_the_same_command(tmp_path: Path, content: str) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(content)  # killed while the folder was being created
+    assert main([*TINY, "--run-dir", str(run)]) == 0
+    assert json.loads((run / "config.json").read_text())["suite"] == "smoke"
+
+
+def test_run_files_are_world_readable(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert main([*TINY, "--tasks", "1", "--run-dir", str(run)]) == 0
+    for path in [run / "results.json", run / "config.json", *(run / "checkpoints").iterdir()]:
+        assert stat.S_IMODE(path.stat().st_mode) & 0o044 == 0o044, path
+
+
+# ---- item 5: strictly increasing TensorBoard steps, also across a resume ------------------
+def _steps(tb: Path) -> dict[str, list[int]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tb), purge_orphaned_data=True)
+    acc.Reload()
+    return {tag: [e.step for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def _raw_steps(tb: Path) -> dict[str, list[int]]:
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    out: dict[str, list[int]] = defaultdict(list)
+    for f in sorted(tb.glob("events.*")):
+        for ev in EventFileLoader(str(f)).Load():
+            for v in ev.summary.value:
+                out[v.tag].append(ev.step)
+    return out
+
+
+def test_tensorboard_steps_strictly_increase_and_resume_purges_the_redone_range(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = tmp_path / "run"
+    assert main([*TINY, "--run-dir", str(run)]) == 0
+    for tag, steps in _raw_steps(run / "tb").items():
+        assert all(b > a for a, b in zip(steps, steps[1:])), (tag, steps)
+
+    original = sched_mod.ContinualScheduler._evaluate_row
+
+    def stop_late(self, i):  # type: ignore[no-untyped-def]
+        if i == 1:
+            raise KeyboardInterrupt  # task 1 trained and logged, then interrupted
+        return original(self, i)
+
+    cut = tmp_path / "cut"
+    monkeypatch.setattr(sched_mod.ContinualScheduler, "_evaluate_row", stop_late)
+    assert main([*TINY, "--run-dir", str(cut)]) == 130
+    monkeypatch.setattr(sched_mod.ContinualScheduler, "_evaluate_row", original)
+    res = json.loads((cut / "results.json").read_text())
+    res.update(finished_tasks=1, evaluated_tasks=1, global_step=res["task_segments"][0][1], task_segments=res["task_segments"][:1])
+    res["eval_curves"].pop("pendulum-1")
+    (cut / "results.json").write_text(json.dumps(res))  # as if interrupted during task 1's training
+    assert main(["--resume", str(cut), "--no-progress"]) == 0
+    steps = _steps(cut / "tb")
+    assert steps["train/loss"] == _steps(run / "tb")["train/loss"]
+    for tag, s in steps.items():
+        assert all(b > a for a, b in zip(s, s[1:])), (tag, s)
+
+
+# ---- item 8: small things a user notices -------------------------------------------------
+def test_quick_start_budget_is_whole_rollouts_and_results_record_the_steps_run(tmp_path: Path) -> None:
+    import re
+
+    from rl_moe.continual.resolve import RunRequest, resolve
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    steps = int(re.search(r"--suite cw10 --tasks 2 --steps-per-task (\d+)", readme).group(1))  # type: ignore[union-attr]
+    cfg = resolve(RunRequest(suite="cw10", tasks=2, steps_per_task=steps))
+    assert cfg.effective_steps_per_task == steps  # no silent overrun of the asked budget
+
+    run = tmp_path / "run"
+    assert main([*TINY, "--tasks", "1", "--steps-per-task", "100", "--run-dir", str(run)]) == 0
+    res = json.loads((run / "results.json").read_text())
+    assert res["steps_per_task"] == 128  # two envs x 64 steps: one whole rollout, as trained
+    start, end = res["task_segments"][0]
+    assert end - start == res["steps_per_task"]
+
+
+def test_resume_refuses_conflicting_run_flags_and_prints_an_absolute_resume_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.chdir(tmp_path)
+    original = sched_mod.ContinualScheduler._train_task
+
+    def stop(self, i, probe):  # type: ignore[no-untyped-def]
+        if i == 1:
+            raise KeyboardInterrupt
+        original(self, i, probe)
+
+    monkeypatch.setattr(sched_mod.ContinualScheduler, "_train_task", stop)
+    assert main([*TINY, "--run-dir", "rel/run"]) == 130
+    err = capsys.readouterr().err
+    assert f"--resume {tmp_path / 'rel' / 'run'}" in err
+    monkeypatch.setattr(sched_mod.ContinualScheduler, "_train_task", original)
+    for flag in (["--method", "topk"], ["--algo", "td3"], ["--seed", "3"]):
+        assert main(["--resume", "rel/run", "--no-progress", *flag]) == 2
+        line = capsys.readouterr().err.strip()
+        assert "conflicts with the resumed run's stored" in line and len(line.splitlines()) == 1
+    assert main(["--resume", "rel/run", "--no-progress", "--method", "sphere", "--seed", "0"]) == 0  # same values: fine
