@@ -16,6 +16,7 @@ from rl_moe.nn.moe import (
     load_balance_loss,
     width_multiplier_for_params,
 )
+from rl_moe.nn.companions import EVRerouted
 from rl_moe.nn.dsc import DSCNet
 from rl_moe.nn.sdmoe import SpectralExperts
 from rl_moe.nn.routing import ROUTERS, Dispatch, Routing, make_dispatch, static_dispatch
@@ -27,6 +28,7 @@ __all__ = [
     "NETWORKS",
     "ROUTERS",
     "DSCNet",
+    "EVRerouted",
     "DSMoE",
     "DenseMLP",
     "Dispatch",

@@ -15,8 +15,6 @@ from torch import Tensor, nn
 from rl_moe.nn.config import NetConfig
 from rl_moe.nn.experts import ACTIVATION_FNS, ACTIVATION_GAINS, ExpertPass, StackedExperts
 from rl_moe.nn.routing import ROUTERS, Dispatch, Routing, full_dispatch, make_dispatch, static_dispatch
-from rl_moe.nn.sdmoe import sdmoe_experts
-from rl_moe.nn.ssmoe import gate_directions, input_embeddings, mixed_probs, ssmoe_routing
 from rl_moe.nn.static import static_shapes_enabled
 
 
@@ -138,42 +136,6 @@ class RoutedMoE(nn.Module):
         out, group = run_routed(self.experts, x, routing)
         aux = {"load_balance": load_balance_loss(logits, routing.mask)}
         return MoEOutput(out, routing.probs, routing.indices, logits, emb, (group,), aux)
-
-
-class SDMoE(RoutedMoE):
-    """Top-K MoE whose experts are SD-MoE spectral stacks (:mod:`rl_moe.nn.sdmoe`): each expert
-    layer is W_c + W_u^(i), with the gradient split of SD-MoE Eqs. 9-10. The router is the
-    standard Top-K gate, as in SD-MoE §3.3 ("follows the standard linear MoE router")."""
-
-    def __init__(self, in_dim: int, out_dim: int, cfg: NetConfig, out_gain: float = 1.0) -> None:
-        super().__init__(in_dim, out_dim, cfg, out_gain)
-        self.experts = sdmoe_experts(cfg.n_experts, in_dim, out_dim, cfg, out_gain)
-
-
-class SSMoE(RoutedMoE):
-    """Top-K MoE routed by P = alpha P_EV + (1 - alpha) P_R (SSMoE Algorithm 1; see
-    :mod:`rl_moe.nn.ssmoe` for the adaptation to MLP experts). Same parameters as
-    :class:`RoutedMoE` (the EV router has none), so a Top-K checkpoint loads into it unchanged:
-    that is how ``python -m rl_moe.evaluate --router ssmoe`` re-routes a trained run.
-
-    ``logits`` reports log P (the gate's own logits when alpha = 0), so that the routing
-    diagnostics and the load-balancing loss see the mixed router.
-    """
-
-    def ev_logits(self, x: Tensor) -> Tensor:
-        """f_EV(x) = x W_EV (N, E), the EV router of the current weights (a constant for autograd)."""
-        with torch.no_grad():
-            dirs = gate_directions(self.gate, x)  # (E, in)
-            w_ev = input_embeddings(self.experts.layer_weights()[0], dirs, self.cfg.ssmoe_top_c)  # (E, in)
-        return x.detach() @ w_ev.T
-
-    def route(self, x: Tensor) -> tuple[Tensor, Tensor, Routing]:
-        emb, logits = self.gate(x)
-        alpha, cfg = self.cfg.ssmoe_alpha, self.cfg
-        if alpha == 0.0:
-            return emb, logits, ROUTERS["topk"](logits, cfg.top_k, cfg.temperature, static_shapes_enabled())
-        mixed = mixed_probs(logits, self.ev_logits(x), cfg.temperature, alpha)  # (N, E)
-        return emb, mixed.clamp_min(1e-30).log(), ssmoe_routing(mixed, cfg.top_k)
 
 
 def expert_param_count(in_dim: int, hidden: tuple[int, ...], out_dim: int, layer_norm: bool) -> int:
@@ -321,7 +283,9 @@ class DenseMLP(nn.Module):
         return MoEOutput(ep.out, ones, indices, x.new_zeros(n, 1), x.new_zeros(n, 0), (ExpertGroup(dispatch, ep),), {})
 
 
-from rl_moe.nn.dsc import DSCNet  # noqa: E402  (dsc reads the parameter counts above)
+# The companion papers' networks build on the classes above.
+from rl_moe.nn.companions import SDMoE, SSMoE  # noqa: E402
+from rl_moe.nn.dsc import DSCNet  # noqa: E402
 
 NETWORKS: dict[str, type[nn.Module]] = {
     "topk": RoutedMoE,
