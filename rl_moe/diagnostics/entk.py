@@ -253,7 +253,10 @@ def entk_gram(
         if mod.layer_norm:
             targets += [t for t in sp.pre if t.requires_grad]
         stacked_jobs.append((mod, group))
-        covered |= {id(p) for p in mod.parameters()}
+        # Only the tensors the identity reads; SD-MoE's weights are composed from parameters whose
+        # gradients it splits (Eqs. 9-10), so those take the exact per-sample path.
+        handled = {id(t) for t in (*mod.weights, *mod.biases, *getattr(mod, "ln_weights", ()), *getattr(mod, "ln_biases", ()))}
+        covered |= {id(p) for p in mod.parameters() if id(p) in handled}
     linear_jobs = []
     for mod, calls in capture.linear.items():
         if len(calls) != 1:

@@ -35,15 +35,15 @@ def ev_mixed_route(
     (SSMoE Algorithm 1). ``logits`` is log P, or the gate's own logits when alpha = 0, where the
     routing is exactly :func:`~rl_moe.nn.routing.topk_routing`.
 
-    The EV router W_EV is rebuilt from the current weights on every call (eigh of E in x in
-    Grams; about a millisecond at E=10, in=39) and is a constant for autograd, as Algorithm 1
+    The EV router W_EV depends on the weights only; it is rebuilt on every call (eigh of E in x in
+    Grams; well under a millisecond at E=10, in=39) and is a constant for autograd, as Algorithm 1
     pre-computes it.
     """
     emb, logits = gate(x)  # (N, G), (N, E)
     if alpha == 0.0:
         return emb, logits, topk_routing(logits, k, temperature, static_shapes_enabled())
     with torch.no_grad():
-        dirs = gate_directions(gate, x)  # (E, in) router embeddings r_i
+        dirs = gate_directions(gate)  # (E, in) router embeddings r_i
         w_ev = input_embeddings(experts.layer_weights()[0], dirs, top_c)  # (E, in) = W_EV^T
     mixed = mixed_probs(logits, x.detach() @ w_ev.T, temperature, alpha)  # (N, E)
     return emb, mixed.clamp_min(1e-30).log(), ssmoe_routing(mixed, k)

@@ -45,10 +45,15 @@ def _complement_basis(basis: Tensor, width: int, generator: torch.Generator | No
 class _SpectralSplit(torch.autograd.Function):
     """Forward W^(i) = W_c + W_u^(i) (Eq. 8); backward splits the proxy gradient (Eqs. 9-10)."""
 
+    generate_vmap_rule = True  # usable under torch.func transforms (per-sample Jacobians)
+
     @staticmethod
-    def forward(ctx: Any, common: Tensor, unique: Tensor, basis_in: Tensor, basis_out: Tensor) -> Tensor:
-        ctx.save_for_backward(basis_in, basis_out)
+    def forward(common: Tensor, unique: Tensor, basis_in: Tensor, basis_out: Tensor) -> Tensor:
         return common + unique  # (E, in, out)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Tensor, ...], output: Tensor) -> None:
+        ctx.save_for_backward(inputs[2], inputs[3])
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None, None]:

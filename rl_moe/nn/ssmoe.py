@@ -8,8 +8,8 @@ experts (the paper's two spaces coincide in a transformer; ours do not):
 
 - Only the input-side Gram A_i = W1 W1^T (in x in, first expert layer) is used: B_i of the head lives
   in action space, where x W_EV is undefined.
-- The gate is an MLP, so r_i is its linearization in observation space, the batch-mean gradient
-  E_x[d s_i / d x] (computed without building a graph; the EV router is a constant for the gate).
+- The gate is an MLP, so r_i is its linear pull-back to observation space (:func:`gate_directions`);
+  the EV router is a constant for autograd (Algorithm 1 pre-computes it).
 - C_i is the mean of the top-c eigenvectors by |cos| with r_i, each sign-aligned to r_i (an
   eigenvector's sign is arbitrary), as in :mod:`rl_moe.diagnostics.ssmoe`.
 - Both softmaxes use the gate temperature; the top-K of P is selected and its weights renormalized
@@ -51,15 +51,20 @@ def input_embeddings(first: Tensor, router_dirs: Tensor, c: int) -> Tensor:
     return mean_selected(vecs, sim, r, min(c, vecs.shape[1])).to(first.dtype)
 
 
-def gate_directions(gate: torch.nn.Module, x: Tensor) -> Tensor:
-    """r_e = E_x[d s_e / d x], (E, in): the MLP gate's rows pulled back to observation space."""
-    x = x.detach().requires_grad_(True)
-    with torch.enable_grad():
-        _, logits = gate(x)  # (N, E)
-        e = logits.shape[1]
-        basis = torch.eye(e, dtype=logits.dtype, device=logits.device)[:, None, :].expand(e, *logits.shape)
-        (jac,) = torch.autograd.grad(logits, x, grad_outputs=basis, is_grads_batched=True)  # (E, N, in)
-    return jac.mean(1)
+def gate_directions(gate: torch.nn.Module) -> Tensor:
+    """r_e (E, in): the MLP gate's rows pulled back to observation space through its linear maps,
+    W_logits W_h ... W_1 (activations and LayerNorms dropped).
+
+    The paper's router is linear, so r_e is a row of it. Ours is an MLP; its linear pull-back
+    depends on the weights only, so a state's routing never depends on the batch it comes with
+    (a batch-mean Jacobian would route a state differently when acting and when training, which
+    would bias PPO's probability ratio).
+    """
+    rows = gate.logits.weight  # (E, G)
+    for module in reversed(list(gate.body)):
+        if isinstance(module, torch.nn.Linear):
+            rows = rows @ module.weight  # (E, previous width)
+    return rows
 
 
 def mixed_probs(logits: Tensor, ev_logits: Tensor, temperature: float, alpha: float) -> Tensor:
