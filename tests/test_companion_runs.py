@@ -26,6 +26,13 @@ METHOD_TAGS = {
 }
 
 
+def _expected_tags(method: str, algo: str) -> set[str]:
+    """TD3 applies the DSC losses to actor and critics: their terms carry a role suffix."""
+    if method == "dsc" and algo == "td3":
+        return {f"{t}_{role}" for t in METHOD_TAGS[method] for role in ("actor", "critic")}
+    return METHOD_TAGS[method]
+
+
 def _only_run(root: Path) -> Path:
     dirs = [p for p in root.glob("*/*") if p.is_dir()]
     assert len(dirs) == 1, dirs
@@ -61,15 +68,17 @@ def test_method_trains_on_smoke_without_nan_and_logs_its_terms(smoke_runs: dict,
     res = json.loads((run / "results.json").read_text())
     assert res["complete"] and res["method"] == method and res["algo"] == algo
     scalars = _scalars(run)
-    assert METHOD_TAGS[method] <= set(scalars), METHOD_TAGS[method] - set(scalars)
+    expected = _expected_tags(method, algo)
+    assert expected <= set(scalars), expected - set(scalars)
     train = [v for tag, vals in scalars.items() if tag.startswith(("train/", "eval/return")) for v in vals]
     assert train and all(math.isfinite(v) for v in train)
     if method == "sdmoe":
         assert scalars["train/sdmoe_refreshes"][-1] > 0  # the SVD refresh ran
     if method == "dsc":
-        assert all(v > 0 for v in scalars["train/loss_dsc_frame"]) and scalars["train/coef_dsc_z"][-1] == pytest.approx(1e-4)
+        sfx = "_actor" if algo == "td3" else ""
+        assert all(v > 0 for v in scalars[f"train/loss_dsc_frame{sfx}"]) and scalars[f"train/coef_dsc_z{sfx}"][-1] == pytest.approx(1e-4)
         if algo == "td3":  # TD3's critics carry the method's network, and its losses
-            assert "train/loss_dsc_balance_critic" in scalars
+            assert "train/loss_dsc_balance_critic" in scalars and "train/loss_dsc_balance" not in scalars
 
 
 @pytest.mark.parametrize("algo", ALGOS)
@@ -82,7 +91,7 @@ def test_method_trains_on_a_real_metaworld_task(tmp_path: Path, method: str, alg
     run = _only_run(tmp_path)
     assert json.loads((run / "results.json").read_text())["tasks"] == ["hammer-v3"]
     scalars = _scalars(run)
-    assert {t for t in METHOD_TAGS[method] if t.startswith("train/")} <= set(scalars)  # no probe here
+    assert {t for t in _expected_tags(method, algo) if t.startswith("train/")} <= set(scalars)  # no probe here
     assert all(math.isfinite(v) for tag, vals in scalars.items() if tag.startswith("train/") for v in vals)
 
 
@@ -146,3 +155,12 @@ def test_sweep_and_report_accept_the_new_methods(smoke_runs: dict, tmp_path: Pat
     assert report_main([*roots, "--baseline", "ssmoe", "--method", "dsc", "--out", str(tmp_path / "rep"), "--reps", "100"]) == 0
     md = (tmp_path / "rep" / "report.md").read_text()
     assert all(m in md for m in METHODS)
+
+
+def test_sdmoe_with_sphere_on_top_trains(tmp_path: Path) -> None:
+    argv = ["--suite", "smoke", "--method", "sdmoe_sphere", "--tasks", "1", "--steps-per-task", "128", "--out", str(tmp_path),
+            *TINY, "--set", "reg.sdmoe.svd_every=2"]  # fmt: skip
+    assert crl_main(argv) == 0
+    scalars = _scalars(_only_run(tmp_path))
+    assert {"train/loss_sphere", "train/coef_sphere", "train/sdmoe_refreshes"} <= set(scalars)
+    assert all(math.isfinite(v) for v in scalars["train/loss_sphere"]) and scalars["train/sdmoe_refreshes"][-1] > 0

@@ -32,13 +32,14 @@ class DSCAux(Regularizer):
     :param mu: budget target mu (1.0)
     :param frame: lambda_3 of the frame potential (0.001)
     :param z: lambda_z of the logit-range loss (1e-4)
-    :param target: ``actor``, ``critic`` or ``both`` (default: every DSC network there is)
+    :param target: ``actor`` (default), ``critic`` or ``both``; TD3 runs default to ``both`` since
+        their critics carry the method's network (``ALGO_REGULARIZER_DEFAULTS``)
     """
 
     name = "dsc"
 
     def __init__(
-        self, balance: float = 0.01, budget: float = 0.01, mu: float = 1.0, frame: float = 1e-3, z: float = 1e-4, target: str = "both"
+        self, balance: float = 0.01, budget: float = 0.01, mu: float = 1.0, frame: float = 1e-3, z: float = 1e-4, target: str = "actor"
     ) -> None:
         self.coefs = {"balance": balance, "budget": budget, "frame": frame, "z": z}
         self.mu = mu
@@ -60,6 +61,6 @@ class DSCAux(Regularizer):
                 "frame": sum(o.aux["dsc_frame"] for o in outs),
                 "z": sum(o.aux["dsc_z"] for o in outs),
             }
-            suffix = "" if role == "actor" else f"_{role}"
+            suffix = "" if len(self.roles) == 1 else f"_{role}"
             terms += [Penalty(f"dsc_{t}{suffix}", losses[t], self.coefs[t]) for t in TERMS]
         return terms

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from rl_moe.regularizers.base import Regularizer
-from rl_moe.regularizers.targets import PHASE_ROLES, expert_stacks, role_networks
+from rl_moe.regularizers.targets import active_roles, check_target, expert_stacks, role_networks
 
 if TYPE_CHECKING:  # pragma: no cover
     from stable_baselines3.common.base_class import BaseAlgorithm
@@ -24,14 +24,16 @@ class SDRefresh(Regularizer):
     """Refreshes SD-MoE's shared bases from an SVD of W_c.
 
     :param svd_every: optimizer steps between refreshes (the paper's 16)
+    :param target: ``actor``, ``critic`` or ``both`` (default: every SD-MoE network there is)
     """
 
     name = "sdmoe"
 
-    def __init__(self, svd_every: int = 16) -> None:
+    def __init__(self, svd_every: int = 16, target: str = "both") -> None:
         if svd_every < 1:
             raise ValueError(f"svd_every must be >= 1, got {svd_every}")
         self.svd_every = svd_every
+        self.roles = check_target(target)
         self.steps: dict[str, int] = {}
         self.refreshes = 0
 
@@ -41,7 +43,7 @@ class SDRefresh(Regularizer):
             return
         from rl_moe.nn.sdmoe import SpectralExperts
 
-        for role in PHASE_ROLES.get(phase, ()):
+        for role in active_roles(phase, self.roles):
             for net in role_networks(algo.policy, role):
                 for stack in expert_stacks(net):
                     if isinstance(stack, SpectralExperts):
