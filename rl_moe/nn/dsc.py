@@ -25,7 +25,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rl_moe.nn.config import NetConfig
-from rl_moe.nn.experts import ACTIVATION_FNS, StackedExperts
+from rl_moe.nn.experts import ACTIVATION_FNS, ExpertPass, StackedExperts
+
+# rl_moe.nn.moe imports this module after defining these (its NETWORKS registry lists DSCNet).
+from rl_moe.nn.moe import ExpertGroup, MoEOutput, expert_param_count, gate_param_count
+from rl_moe.nn.routing import Dispatch
 
 #: eps of Eq. 3 (atom normalization) and Eq. 5 (simplex division).
 DSC_EPS = 1e-6
@@ -105,8 +109,6 @@ class DSCLayout(NamedTuple):
 
 
 def _topk_active(in_dim: int, out_dim: int, cfg: NetConfig) -> int:
-    from rl_moe.nn.moe import expert_param_count, gate_param_count
-
     expert = expert_param_count(in_dim, cfg.hidden, out_dim, cfg.layer_norm)
     return gate_param_count(in_dim, cfg.n_experts, cfg) + cfg.top_k * expert
 
@@ -114,8 +116,6 @@ def _topk_active(in_dim: int, out_dim: int, cfg: NetConfig) -> int:
 def dsc_layout(in_dim: int, out_dim: int, cfg: NetConfig) -> DSCLayout:
     """M such that the DSC network's active parameters per state match the Top-K MoE's
     (gate + K experts) at the same E, K; ``cfg.dsc_atoms`` > 0 fixes M instead."""
-    from rl_moe.nn.moe import expert_param_count
-
     trunk = expert_param_count(in_dim, cfg.hidden, out_dim, cfg.layer_norm)
     ins, outs = (in_dim, *cfg.hidden[:-1]), cfg.hidden
     k = cfg.dsc_top_k
@@ -147,11 +147,7 @@ class DSCNet(nn.Module):
             DSCBranch(a, b, self.layout.n_atoms, cfg.dsc_top_k, cfg.dsc_clamp, cfg.dsc_scale) for a, b in zip(ins, cfg.hidden)
         )
 
-    def forward(self, x: Tensor):  # -> MoEOutput
-        from rl_moe.nn.moe import ExpertGroup, MoEOutput
-        from rl_moe.nn.experts import ExpertPass
-        from rl_moe.nn.routing import Dispatch
-
+    def forward(self, x: Tensor) -> MoEOutput:
         act = ACTIVATION_FNS[self.cfg.activation]
         trunk, ws = self.experts, self.experts.layer_weights()
         hidden, pre, inputs, linear, normed, passes = [], [], [], [], [], []
