@@ -5,8 +5,8 @@ Example::
     python -m rl_moe.evaluate runs/cw10/ppo-topk-s0-20260101-120000 --router ssmoe --alpha 0.7
 
 Every stored task checkpoint is loaded, its actor re-routed training-free (``ssmoe``: SSMoE's
-eigenvector router mixed with the learned gate, alpha P_EV + (1 - alpha) P_R; ``gate``: the
-learned router unchanged, a control) and scored on the same cells, eval envs and seeds as the
+eigenvector router mixed with the learned gate, alpha P_EV + (1 - alpha) P_R; ``own``: the
+run's own router unchanged, a control that reproduces its matrix) and scored on the same cells, eval envs and seeds as the
 run's own success matrix. The result goes to a new file ``reroute-<router>-a<alpha>.json`` in the
 run folder, holding both matrices; nothing of the run is modified. Whether the EV router undoes
 routing collapse after continual training reads off the two matrices.
@@ -38,14 +38,12 @@ def _ssmoe(net: nn.Module, alpha: float, top_c: int) -> nn.Module:
     return EVRerouted(net, alpha, top_c)
 
 
-def _gate(net: nn.Module, alpha: float, top_c: int) -> nn.Module:
-    from rl_moe.nn import EVRerouted
-
-    return EVRerouted(net, 0.0, top_c)  # alpha = 0 is exactly the learned Top-K router
+def _own(net: nn.Module, alpha: float, top_c: int) -> nn.Module:
+    return net  # the router the run trained with, unchanged: a control
 
 
 #: --router name -> (trained actor, alpha, top_c) -> re-routed actor.
-ROUTERS: dict[str, Callable[[nn.Module, float, int], nn.Module]] = {"ssmoe": _ssmoe, "gate": _gate}
+ROUTERS: dict[str, Callable[[nn.Module, float, int], nn.Module]] = {"ssmoe": _ssmoe, "own": _own}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -99,13 +99,13 @@ def _hashes(run: Path) -> dict[str, str]:
     return {str(p.relative_to(run)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("method", ["sdmoe", "ssmoe"])
-def test_training_free_ssmoe_evaluation_writes_a_second_matrix(smoke_runs: dict, method: str, capsys: pytest.CaptureFixture) -> None:
-    run = smoke_runs[(method, "ppo")]
+@pytest.mark.parametrize(("method", "algo"), [("sdmoe", "ppo"), ("ssmoe", "ppo"), ("ssmoe", "td3")])
+def test_training_free_ssmoe_evaluation_writes_a_second_matrix(smoke_runs: dict, method: str, algo: str, capsys: pytest.CaptureFixture) -> None:
+    run = smoke_runs[(method, algo)]
     before = _hashes(run)
     assert evaluate.main([str(run), "--router", "ssmoe", "--alpha", "0.7"]) == 0
-    assert evaluate.main([str(run), "--router", "gate"]) == 0
-    new = {evaluate.output_path(run, "ssmoe", 0.7).name, evaluate.output_path(run, "gate", 0.7).name}
+    assert evaluate.main([str(run), "--router", "own"]) == 0
+    new = {evaluate.output_path(run, "ssmoe", 0.7).name, evaluate.output_path(run, "own", 0.7).name}
     after = _hashes(run)
     assert {k: v for k, v in after.items() if k not in new} == before and new <= set(after)  # the run is untouched
     original = json.loads((run / "results.json").read_text())["success_matrix"]
@@ -113,15 +113,15 @@ def test_training_free_ssmoe_evaluation_writes_a_second_matrix(smoke_runs: dict,
     assert ev["alpha"] == 0.7 and ev["original_success_matrix"] == original
     assert [[v is None for v in row] for row in ev["success_matrix"]] == [[v is None for v in row] for row in original]
     assert all(0.0 <= v <= 1.0 for row in ev["success_matrix"] for v in row if v is not None)
-    # the learned router on the same eval envs and seeds reproduces the run's own matrix
-    assert json.loads(evaluate.output_path(run, "gate", 0.7).read_text())["success_matrix"] == original
+    # the run's own router on the same eval envs and seeds reproduces the run's own matrix
+    assert json.loads(evaluate.output_path(run, "own", 0.7).read_text())["success_matrix"] == original
     assert "re-routed (ssmoe, alpha=0.7)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--router", "magic"], "unknown router 'magic'; valid choices: ssmoe, gate"),
+        (["--router", "magic"], "unknown router 'magic'; valid choices: ssmoe, own"),
         (["--alpha", "1.5"], "--alpha must be in [0, 1], got 1.5"),
         (["--top-c", "0"], "--top-c must be >= 1, got 0"),
     ],
@@ -164,3 +164,26 @@ def test_sdmoe_with_sphere_on_top_trains(tmp_path: Path) -> None:
     scalars = _scalars(_only_run(tmp_path))
     assert {"train/loss_sphere", "train/coef_sphere", "train/sdmoe_refreshes"} <= set(scalars)
     assert all(math.isfinite(v) for v in scalars["train/loss_sphere"]) and scalars["train/sdmoe_refreshes"][-1] > 0
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_reroute_actor_swaps_in_the_ev_router_with_the_same_parameters(algo: str) -> None:
+    import gymnasium as gym
+    import torch
+
+    from rl_moe.nn import EVRerouted
+    from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
+
+    obs_space, act_space = gym.spaces.Box(-1, 1, (6,)), gym.spaces.Box(-1, 1, (2,))
+    arch = dict(n_experts=4, top_k=2, hidden=(16, 16), gate_hidden=(8,))
+    cls = MoEActorCriticPolicy if algo == "ppo" else MoETD3Policy
+    policy = cls(obs_space, act_space, lambda _: 1e-3, **arch)
+    params = {id(p) for p in policy.parameters()}
+    obs = torch.randn(32, 6)
+    before = policy._predict(obs, deterministic=True)
+    evaluate.reroute_actor(policy, "ssmoe", 0.0, 2)  # alpha = 0: the learned router exactly
+    net = policy.mlp_extractor.actor_net if algo == "ppo" else policy.actor.net
+    assert isinstance(net, EVRerouted) and {id(p) for p in policy.parameters()} == params
+    assert torch.equal(policy._predict(obs, deterministic=True), before)
+    net.alpha = 1.0  # eigenvectors only: some states now pick other experts
+    assert not torch.equal(policy._predict(obs, deterministic=True), before)
