@@ -133,6 +133,24 @@ def test_evaluate_bad_input_exits_2(smoke_runs: dict, args: list[str], message: 
     assert message in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("method", "setting", "message"),
+    [
+        ("ssmoe", "net.ssmoe_alpha=1.5", "ssmoe_alpha must be in [0, 1], got 1.5"),
+        ("ssmoe", "net.ssmoe_top_c=0", "ssmoe_top_c must be >= 1, got 0"),
+        ("sdmoe", "net.sd_rank_fraction=0", "sd_rank_fraction must be in (0, 1], got 0.0"),
+        ("sdmoe", "reg.sdmoe.svd_every=0", "svd_every must be >= 1, got 0"),
+        ("dsc", "net.dsc_top_k=0", "dsc_top_k must be >= 1, got 0"),
+        ("dsc", "reg.dsc.target=gate", "unknown target 'gate'; valid choices: actor, critic, both"),
+    ],
+)
+def test_bad_method_settings_exit_2_and_write_nothing(tmp_path: Path, capsys: pytest.CaptureFixture, method: str, setting: str, message: str) -> None:
+    assert crl_main(["--suite", "smoke", "--method", method, "--set", setting, "--out", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
 def test_evaluate_refuses_runs_without_a_topk_router(smoke_runs: dict, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert evaluate.main([str(smoke_runs[("dsc", "ppo")])]) == 2
     assert "has a 'dsc' actor; --router needs a Top-K routed actor: topk, sdmoe, ssmoe" in capsys.readouterr().err

@@ -81,10 +81,12 @@ class NetConfig:
                 )
         if not 0.0 < self.sd_rank_fraction <= 1.0:
             raise ValueError(f"sd_rank_fraction must be in (0, 1], got {self.sd_rank_fraction}")
-        if self.dsc_atoms < 0 or self.dsc_top_k < 1 or self.dsc_clamp <= 0:
-            raise ValueError(
-                f"dsc_atoms must be >= 0, dsc_top_k >= 1 and dsc_clamp > 0, got {self.dsc_atoms}, {self.dsc_top_k}, {self.dsc_clamp}"
-            )
+        if self.dsc_atoms < 0:
+            raise ValueError(f"dsc_atoms must be >= 0 (0 = matched to Top-K), got {self.dsc_atoms}")
+        if self.dsc_top_k < 1:
+            raise ValueError(f"dsc_top_k must be >= 1, got {self.dsc_top_k}")
+        if self.dsc_clamp <= 0:
+            raise ValueError(f"dsc_clamp must be > 0, got {self.dsc_clamp}")
         if not 0.0 <= self.ssmoe_alpha <= 1.0:
             raise ValueError(f"ssmoe_alpha must be in [0, 1], got {self.ssmoe_alpha}")
         if self.ssmoe_top_c < 1:
