@@ -109,6 +109,23 @@ def test_sdmoe_svd_refresh_keeps_output_and_tracks_w_c() -> None:
         torch.testing.assert_close((b @ b.T).double(), qh[:k].T @ qh[:k], rtol=1e-4, atol=1e-5)
 
 
+def test_sdmoe_entk_is_that_of_its_proxy_topk_network() -> None:
+    from rl_moe.diagnostics import entk_gram
+
+    net = _sd_net(5).double()
+    dense = build_network(11, 3, NetConfig(kind="topk", **SMALL)).double()
+    with torch.no_grad():
+        dense.gate.load_state_dict(net.gate.state_dict())
+        for w, pw in zip(dense.experts.weights, net.experts.weights):
+            w.copy_(pw)
+        for b, pb in zip(dense.experts.biases, net.experts.biases):
+            b.copy_(pb)
+    x = torch.randn(20, 11, dtype=torch.float64)
+    ours, ref = entk_gram(net, x), entk_gram(dense, x)
+    torch.testing.assert_close(ours.gram, ref.gram, rtol=1e-10, atol=1e-10)
+    assert ours.fallback_params == 0 and ours.expanded_params == 0
+
+
 def test_sphere_on_top_of_sdmoe_reaches_both_parts() -> None:
     net = _sd_net(4)
     out = net(torch.randn(30, 11))

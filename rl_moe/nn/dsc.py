@@ -43,12 +43,13 @@ class DSCPass(NamedTuple):
     indices: Tensor  # (N, K) selected atoms I(x)
     coef: Tensor  # (N, K) z = phi / (S + eps) * tanh(S)
     signal: Tensor  # (N,) S = sum of the selected softplus scores
+    routed: Tensor  # (N, in) LayerNorm(x), the routing input
 
 
 def frame_potential(atoms: Tensor) -> Tensor:
     """sum_{i != j} (a_i . a_j)^2 over the rows of ``atoms`` (M, d) (DSC Eq. 11, one bank)."""
-    gram = atoms @ atoms.T  # (M, M)
-    return gram.pow(2).sum() - gram.diagonal().pow(2).sum()
+    gram = atoms @ atoms.mT  # (M, M)
+    return gram.pow(2).sum() - gram.diagonal(dim1=-2, dim2=-1).pow(2).sum()
 
 
 def dsc_balance_loss(logits: Tensor) -> Tensor:
@@ -85,22 +86,25 @@ class DSCBranch(nn.Module):
 
     def atoms(self) -> tuple[Tensor, Tensor]:
         """(U (M, in), V (M, out)) projected onto the unit ball (Eq. 3)."""
-        u = self.u_raw / self.u_raw.norm(dim=1, keepdim=True).clamp_min(DSC_EPS)
-        v = self.v_raw / self.v_raw.norm(dim=1, keepdim=True).clamp_min(DSC_EPS)
+        u = self.u_raw / self.u_raw.norm(dim=-1, keepdim=True).clamp_min(DSC_EPS)
+        v = self.v_raw / self.v_raw.norm(dim=-1, keepdim=True).clamp_min(DSC_EPS)
         return u, v
 
     def forward(self, x: Tensor) -> DSCPass:
-        r = self.router(self.norm(x)).clamp(-self.clamp, self.clamp)  # (N, M)
+        routed = self.norm(x)  # (N, in)
+        r = self.router(routed).clamp(-self.clamp, self.clamp)  # (N, M)
         phi, idx = F.softplus(r).topk(self.top_k, dim=1)  # (N, K)
         s = phi.sum(1)  # (N,)
         z = phi / (s[:, None] + DSC_EPS) * torch.tanh(s)[:, None]  # (N, K) simplex x magnitude
         u, v = self.atoms()
         # Eq. 14 through the whole bank: x U^T costs as much as the router, and two dense matmuls
         # beat gathering K atoms per state (N, K, d) by 2x forward + backward on CPU (N=256, M=270).
-        c_lat = (x @ u.T).gather(1, idx)  # (N, K) x U_I^T
+        # u.t() refuses per-state copies of the bank: the exact eNTK then takes its batched
+        # per-sample path (1.2 GB at N=256) instead of N copies of it (20 GB).
+        c_lat = (x @ u.t()).gather(1, idx)  # (N, K) x U_I^T
         coef = torch.zeros_like(r).scatter(1, idx, c_lat * z)  # (N, M), zero off I(x)
         y = (coef @ v) * self.scale  # (N, out)
-        return DSCPass(y, r, idx, z, s)
+        return DSCPass(y, r, idx, z, s, routed)
 
 
 class DSCLayout(NamedTuple):
@@ -185,4 +189,4 @@ class DSCNet(nn.Module):
             "dsc_z": sum(dsc_z_loss(p.logits) for p in passes),
             "dsc_signal": torch.stack([p.signal.mean() for p in passes]),
         }
-        return MoEOutput(out, probs, last.indices, last.logits, self.branches[-1].norm(inputs[-2]), (group,), aux)
+        return MoEOutput(out, probs, last.indices, last.logits, last.routed, (group,), aux)

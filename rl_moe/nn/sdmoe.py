@@ -32,10 +32,10 @@ def shared_rank(in_dim: int, out_dim: int, fraction: float) -> int:
     return 0 if m <= 1 else min(m - 1, max(1, round(fraction * m)))
 
 
-def _complement_basis(basis: Tensor, width: int, generator: torch.Generator | None) -> Tensor:
+def _complement_basis(basis: Tensor, width: int) -> Tensor:
     """Random orthonormal (d, width) columns orthogonal to ``basis`` (d, k) (App. C, Alg. 1 steps 2-4)."""
     d = basis.shape[0]
-    z = torch.randn(d, width, generator=generator, dtype=torch.float64)
+    z = torch.randn(d, width, dtype=torch.float64)
     b = basis.to(torch.float64)
     z = z - b @ (b.T @ z)  # project onto col(basis)^perp
     q, _ = torch.linalg.qr(z)
@@ -72,8 +72,9 @@ class SpectralExperts(StackedExperts):
     (in, out) and ``unique`` (E, in, out). Buffers ``basis_in_<l>`` (in, k) and ``basis_out_<l>``
     (out, k) hold W_c's top-k singular vectors; they travel with the checkpoint.
 
+    The other parameters are those of :class:`StackedExperts`.
+
     :param rank_fraction: k as a fraction of min(in, out) (paper: 1%), at least 1
-    :param other: as :class:`StackedExperts`
     """
 
     def __init__(
@@ -111,8 +112,8 @@ class SpectralExperts(StackedExperts):
         tail = s[k:]  # long-tail singular values sigma_{k+1..min}
         units = []
         for _ in range(n_experts):
-            u_t = _complement_basis(a, d_in - k, None)[:, : tail.numel()]  # (in, l)
-            v_t = _complement_basis(b, d_out - k, None)[:, : tail.numel()]  # (out, l)
+            u_t = _complement_basis(a, d_in - k)[:, : tail.numel()]  # (in, l)
+            v_t = _complement_basis(b, d_out - k)[:, : tail.numel()]  # (out, l)
             units.append((u_t * tail) @ v_t.T)
         dtype = w.dtype
         return common.to(dtype), torch.stack(units).to(dtype), a.to(dtype).contiguous(), b.to(dtype).contiguous()
