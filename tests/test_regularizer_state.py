@@ -20,8 +20,9 @@ KWARGS: dict[str, dict[str, Any]] = {
     "cbp": dict(maturity=4, replacement_rate=0.05),
     "redo": dict(frequency=3),
     "sphere": dict(coef_mode="adaptive", ratio_every=3),
+    "sdmoe": dict(svd_every=2),
 }
-STATEFUL = ("cbp", "cchain", "redo", "specreg", "sphere")
+STATEFUL = ("cbp", "cchain", "redo", "specreg", "sphere", "sdmoe")
 
 
 def _ppo(name: str) -> MoEPPO:

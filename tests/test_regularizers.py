@@ -47,7 +47,7 @@ def _step(reg, algo, x: torch.Tensor, losses=None):
 
 
 def test_registry_and_errors() -> None:
-    assert set(REGISTRY) == {"sphere", "pw", "cbp", "redo", "cchain", "specnorm", "specreg", "lb", "ortho"}
+    assert set(REGISTRY) == {"sphere", "pw", "cbp", "redo", "cchain", "specnorm", "specreg", "lb", "ortho", "sdmoe", "dsc"}
     assert isinstance(make_regularizer("pw", coef=2e-3), Parseval)
     with pytest.raises(ValueError, match="valid choices: sphere, pw"):
         make_regularizer("l2")

@@ -15,7 +15,7 @@ from rl_moe.regularizers import REGISTRY, make_regularizer
 
 ARCH = dict(n_experts=3, top_k=2, hidden=(16, 16), gate_hidden=(16,))
 #: Small budgets so resets happen within a few hundred steps.
-KWARGS = {"cbp": dict(maturity=4, replacement_rate=0.05), "redo": dict(frequency=4)}
+KWARGS = {"cbp": dict(maturity=4, replacement_rate=0.05), "redo": dict(frequency=4), "sdmoe": dict(svd_every=2)}
 #: The logged key of each regularizer (without the ``_actor``/``_critic`` suffix of ``both``).
 KEYS = {
     "sphere": "train/loss_sphere",
@@ -27,7 +27,11 @@ KEYS = {
     "specreg": "train/loss_specreg",
     "lb": "train/loss_load_balance",
     "ortho": "train/loss_ortho",
+    "sdmoe": "train/sdmoe_refreshes",
+    "dsc": "train/loss_dsc_balance",
 }
+#: Regularizers that belong to a network kind of their own (the rest run on Top-K).
+KINDS = {"sdmoe": "sdmoe", "dsc": "dsc"}
 
 
 def _env(name: str) -> gym.Env:
@@ -57,7 +61,7 @@ def _check(model, name: str, suffix: str) -> None:
 def test_ppo_run(name: str, env_name: str) -> None:
     model = MoEPPO(
         MoEActorCriticPolicy, _env(env_name), regularizers=[make_regularizer(name, **_kwargs(name, "actor"))],
-        n_steps=64, batch_size=32, n_epochs=2, policy_kwargs=dict(ARCH, critic_moe=True), seed=0,
+        n_steps=64, batch_size=32, n_epochs=2, policy_kwargs=dict(ARCH, critic_moe=True, moe=KINDS.get(name, "topk")), seed=0,
     )
     model.learn(192)
     _check(model, name, "")
@@ -68,11 +72,11 @@ def test_ppo_run(name: str, env_name: str) -> None:
 def test_td3_run(name: str, env_name: str) -> None:
     model = MoETD3(
         MoETD3Policy, _env(env_name), regularizers=[make_regularizer(name, **_kwargs(name, "both"))],
-        learning_starts=32, batch_size=32, policy_kwargs=ARCH, seed=0,
+        learning_starts=32, batch_size=32, policy_kwargs=dict(ARCH, moe=KINDS.get(name, "topk")), seed=0,
     )
     model.learn(96)
     # Per-role terms are suffixed; resets and the architecture option log one counter.
-    suffix = "" if name in ("cbp", "redo", "specnorm") else "_critic"
+    suffix = "" if name in ("cbp", "redo", "specnorm", "sdmoe") else "_critic"
     _check(model, name, suffix)
     if suffix:
         _check(model, name, "_actor")

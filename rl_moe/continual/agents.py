@@ -39,6 +39,11 @@ def _side(cfg: RunConfig, is_method_net: bool, in_dim: int, out_dim: int) -> Net
         temperature=net.temperature,
         gate_hidden=net.gate_hidden,
         width_multiplier=width,
+        sd_rank_fraction=net.sd_rank_fraction,
+        dsc_atoms=net.dsc_atoms,
+        dsc_top_k=net.dsc_top_k,
+        ssmoe_alpha=net.ssmoe_alpha,
+        ssmoe_top_c=net.ssmoe_top_c,
     )
 
 

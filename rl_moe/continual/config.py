@@ -32,6 +32,11 @@ class NetSettings:
     :param actor_moe: the actor is the method's network (else dense)
     :param critic_moe: the critic is the method's network; None = algo default (PPO dense
         critic as in the paper; TD3 MoE critics as in its Table 22)
+    :param sd_rank_fraction: ``sdmoe``: shared rank k / min(in, out) (paper: 1%, at least 1)
+    :param dsc_atoms: ``dsc``: basis-bank size M; 0 matches the Top-K active parameter count
+    :param dsc_top_k: ``dsc``: atoms per state K
+    :param ssmoe_alpha: ``ssmoe``: eigenvector-router weight alpha (paper: 0.5-0.9)
+    :param ssmoe_top_c: ``ssmoe``: eigenvectors per expert embedding
     """
 
     hidden: tuple[int, ...] = (256, 256, 256)
@@ -42,6 +47,11 @@ class NetSettings:
     gate_hidden: tuple[int, ...] = (256,)
     actor_moe: bool = True
     critic_moe: bool | None = None
+    sd_rank_fraction: float = 0.01
+    dsc_atoms: int = 0
+    dsc_top_k: int = 4
+    ssmoe_alpha: float = 0.7
+    ssmoe_top_c: int = 2
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ ALGO_NAMES: tuple[str, ...] = ("ppo", "td3")
 PROTOCOLS: tuple[str, ...] = ("crl", "rl")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 #: Algo-specific regularizer defaults, beneath the suite's and the user's settings: under TD3
-#: SPHERE regularizes the MoE critics (SPHERE Table 22).
-ALGO_REGULARIZER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {"td3": {"sphere": {"placement": "critic"}}}
+#: SPHERE regularizes the MoE critics (SPHERE Table 22), and the DSC losses cover the critics' DSC
+#: layers as well as the actor's.
+ALGO_REGULARIZER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {"td3": {"sphere": {"placement": "critic"}, "dsc": {"target": "both"}}}
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rl_moe.nn import ExpertPass, MoEOutput, StackedExperts
+from rl_moe.nn import ExpertPass, MoEOutput, SpectralExperts, StackedExperts
 
 ForwardFn = Callable[[Tensor], "Tensor | MoEOutput"]
 
@@ -73,6 +73,13 @@ def _output_tensor(result: Tensor | MoEOutput) -> Tensor:
     return result.out if isinstance(result, MoEOutput) else result
 
 
+def _layer_weight(module: StackedExperts, layer: int) -> Tensor:
+    """The parameter standing for layer ``layer``'s weights. SD-MoE's proxy matrices W_c + W_u^(i)
+    are composed, not parameters: its eNTK is that of the Top-K MoE it computes, with the proxy
+    matrices as the parameters (SD-MoE Eq. 8), whenever its unique parts are in the set."""
+    return module.unique[layer] if isinstance(module, SpectralExperts) else module.weights[layer]
+
+
 def _stacked_gram(
     module: StackedExperts,
     sp: ExpertPass,
@@ -92,7 +99,7 @@ def _stacked_gram(
     for layer in range(module.n_layers):
         delta = grads.get(id(sp.linear[layer]))
         if delta is not None:
-            a = sp.inputs[layer].detach() if in_set(module.weights[layer]) else None
+            a = sp.inputs[layer].detach() if in_set(_layer_weight(module, layer)) else None
             layers.append((a, delta, in_set(module.biases[layer])))
     ln_terms = []  # (delta after the affine, normed or None, beta in set) per LayerNorm
     if module.layer_norm:

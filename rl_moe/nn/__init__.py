@@ -9,11 +9,16 @@ from rl_moe.nn.moe import (
     ExpertGroup,
     MoEOutput,
     RoutedMoE,
+    SDMoE,
     SoftMoE,
+    SSMoE,
     build_network,
     load_balance_loss,
     width_multiplier_for_params,
 )
+from rl_moe.nn.companions import EVRerouted
+from rl_moe.nn.dsc import DSCNet
+from rl_moe.nn.sdmoe import SpectralExperts
 from rl_moe.nn.routing import ROUTERS, Dispatch, Routing, make_dispatch, static_dispatch
 from rl_moe.nn.static import static_shapes, static_shapes_enabled
 
@@ -22,6 +27,8 @@ __all__ = [
     "NETWORK_KINDS",
     "NETWORKS",
     "ROUTERS",
+    "DSCNet",
+    "EVRerouted",
     "DSMoE",
     "DenseMLP",
     "Dispatch",
@@ -31,7 +38,10 @@ __all__ = [
     "NetConfig",
     "RoutedMoE",
     "Routing",
+    "SDMoE",
+    "SSMoE",
     "SoftMoE",
+    "SpectralExperts",
     "StackedExperts",
     "build_network",
     "load_balance_loss",

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 #: Network kinds understood by :func:`rl_moe.nn.build_network`.
-NETWORK_KINDS: tuple[str, ...] = ("topk", "dense_moe", "ds", "expert_choice", "soft", "mlp")
+NETWORK_KINDS: tuple[str, ...] = ("topk", "dense_moe", "ds", "expert_choice", "soft", "sdmoe", "dsc", "ssmoe", "mlp")
 ACTIVATIONS: tuple[str, ...] = ("relu", "tanh")
 
 
@@ -26,6 +26,16 @@ class NetConfig:
     :param ds_granularity: DS-MoE fine-grained factor m: routed experts have width hidden/m and
         m*K of them are active; their count is chosen to match the Top-K parameter count.
     :param width_multiplier: scales the hidden widths of ``mlp`` (``dense10x`` uses ~sqrt(10)).
+    :param sd_rank_fraction: ``sdmoe`` shared rank k as a fraction of min(in, out) of each expert
+        layer, at least 1 (SD-MoE: the top 1% of singular directions).
+    :param dsc_atoms: ``dsc`` basis-bank size M per branch; 0 = solved to match the Top-K MoE's
+        active parameter count (:func:`rl_moe.nn.dsc.dsc_layout`).
+    :param dsc_top_k: ``dsc`` atoms composed per state K (DSC §3.2 uses 4).
+    :param dsc_clamp: ``dsc`` router logit bound tau (Algorithm 2; the paper gives no value).
+    :param dsc_scale: ``dsc`` initial channel scale gamma (Algorithm 2, Case 2).
+    :param ssmoe_alpha: ``ssmoe`` weight of the eigenvector router in P = alpha P_EV + (1 - alpha)
+        P_R (SSMoE Eq. 5; 0 = the learned Top-K gate, 1 = eigenvectors only).
+    :param ssmoe_top_c: ``ssmoe`` eigenvectors averaged into each expert's embedding (top-c).
     """
 
     kind: str = "topk"
@@ -39,6 +49,13 @@ class NetConfig:
     n_shared: int = 1
     ds_granularity: int = 2
     width_multiplier: float = 1.0
+    sd_rank_fraction: float = 0.01
+    dsc_atoms: int = 0
+    dsc_top_k: int = 4
+    dsc_clamp: float = 5.0
+    dsc_scale: float = 0.1
+    ssmoe_alpha: float = 0.7
+    ssmoe_top_c: int = 2
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
@@ -62,6 +79,18 @@ class NetConfig:
                 raise ValueError(
                     f"ds_granularity must be >= 1 and divide every hidden width {self.hidden}, got {self.ds_granularity}"
                 )
+        if not 0.0 < self.sd_rank_fraction <= 1.0:
+            raise ValueError(f"sd_rank_fraction must be in (0, 1], got {self.sd_rank_fraction}")
+        if self.dsc_atoms < 0:
+            raise ValueError(f"dsc_atoms must be >= 0 (0 = matched to Top-K), got {self.dsc_atoms}")
+        if self.dsc_top_k < 1:
+            raise ValueError(f"dsc_top_k must be >= 1, got {self.dsc_top_k}")
+        if self.dsc_clamp <= 0:
+            raise ValueError(f"dsc_clamp must be > 0, got {self.dsc_clamp}")
+        if not 0.0 <= self.ssmoe_alpha <= 1.0:
+            raise ValueError(f"ssmoe_alpha must be in [0, 1], got {self.ssmoe_alpha}")
+        if self.ssmoe_top_c < 1:
+            raise ValueError(f"ssmoe_top_c must be >= 1, got {self.ssmoe_top_c}")
         if self.width_multiplier <= 0:
             raise ValueError(f"width_multiplier must be > 0, got {self.width_multiplier}")
 

@@ -109,6 +109,11 @@ class StackedExperts(nn.Module):
                 for e in range(n_experts):
                     nn.init.orthogonal_(w[e], gain=gain)
 
+    def layer_weights(self) -> list[Tensor]:
+        """The (E, in, out) weight of each linear layer as the forward pass uses it (subclasses
+        such as SD-MoE's :class:`~rl_moe.nn.sdmoe.SpectralExperts` compose it from parts)."""
+        return list(self.weights)
+
     @property
     def n_layers(self) -> int:
         """Number of linear layers, the head included."""
@@ -127,10 +132,11 @@ class StackedExperts(nn.Module):
         inputs: list[Tensor] = []
         linear: list[Tensor] = []
         normed: list[Tensor] = []
+        ws = self.layer_weights()
         h = x
         for layer in range(len(self.hidden_dims)):
             inputs.append(h)
-            z = segment_matmul(h, self.weights[layer], counts) + _per_expert(self.biases[layer], expert_idx)
+            z = segment_matmul(h, ws[layer], counts) + _per_expert(self.biases[layer], expert_idx)
             linear.append(z)
             if self.layer_norm:
                 n = F.layer_norm(z, z.shape[-1:])
@@ -140,7 +146,7 @@ class StackedExperts(nn.Module):
             h = act(z)
             hidden.append(h)
         inputs.append(h)
-        out = segment_matmul(h, self.weights[-1], counts) + _per_expert(self.biases[-1], expert_idx)
+        out = segment_matmul(h, ws[-1], counts) + _per_expert(self.biases[-1], expert_idx)
         linear.append(out)
         return ExpertPass(out, tuple(hidden), tuple(pre), tuple(inputs), tuple(linear), tuple(normed))
 
@@ -152,6 +158,7 @@ class StackedExperts(nn.Module):
         """
         act = ACTIVATION_FNS[self.activation]
         e = self.n_experts
+        ws = self.layer_weights()
         hidden: list[Tensor] = []
         pre: list[Tensor] = []
         inputs: list[Tensor] = []
@@ -169,12 +176,12 @@ class StackedExperts(nn.Module):
 
         for layer in range(len(self.hidden_dims)):
             inputs.append(h.reshape(e * n, h.shape[-1]))
-            z = record(torch.baddbmm(self.biases[layer][:, None, :], h, self.weights[layer]), linear)  # (E, N, H)
+            z = record(torch.baddbmm(self.biases[layer][:, None, :], h, ws[layer]), linear)  # (E, N, H)
             if self.layer_norm:
                 nz = record(F.layer_norm(z, z.shape[-1:]), normed)
                 z = nz * self.ln_weights[layer][:, None, :] + self.ln_biases[layer][:, None, :]
             z = record(z, pre)
             h = record(act(z), hidden)
         inputs.append(hidden[-1])
-        record(torch.baddbmm(self.biases[-1][:, None, :], h, self.weights[-1]), linear)  # (E, N, D)
+        record(torch.baddbmm(self.biases[-1][:, None, :], h, ws[-1]), linear)  # (E, N, D)
         return ExpertPass(linear[-1], tuple(hidden), tuple(pre), tuple(inputs), tuple(linear), tuple(normed))

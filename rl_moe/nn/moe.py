@@ -283,8 +283,15 @@ class DenseMLP(nn.Module):
         return MoEOutput(ep.out, ones, indices, x.new_zeros(n, 1), x.new_zeros(n, 0), (ExpertGroup(dispatch, ep),), {})
 
 
+# The companion papers' networks build on the classes above.
+from rl_moe.nn.companions import SDMoE, SSMoE  # noqa: E402
+from rl_moe.nn.dsc import DSCNet  # noqa: E402
+
 NETWORKS: dict[str, type[nn.Module]] = {
     "topk": RoutedMoE,
+    "sdmoe": SDMoE,
+    "ssmoe": SSMoE,
+    "dsc": DSCNet,
     "dense_moe": RoutedMoE,
     "expert_choice": RoutedMoE,
     "ds": DSMoE,

@@ -108,6 +108,8 @@ RouterFn = Callable[[Tensor, int, float, bool], Routing]
 ROUTERS: dict[str, RouterFn] = {
     "topk": topk_routing,
     "ds": topk_routing,
+    "sdmoe": topk_routing,
+    "ssmoe": topk_routing,  # the gate's own router; SSMoE mixes it with the EV router
     "dense_moe": dense_routing,
     "expert_choice": expert_choice_routing,
 }

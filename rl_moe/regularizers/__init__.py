@@ -16,10 +16,12 @@ from rl_moe.regularizers.base import (
 )
 from rl_moe.regularizers.cbp import ContinualBackprop
 from rl_moe.regularizers.cchain import CChain
+from rl_moe.regularizers.dsc import DSCAux
 from rl_moe.regularizers.load_balance import LoadBalance
 from rl_moe.regularizers.ortho import Orthogonality
 from rl_moe.regularizers.parseval import Parseval
 from rl_moe.regularizers.redo import ReDo
+from rl_moe.regularizers.sdmoe import SDRefresh
 from rl_moe.regularizers.specnorm import SpectralNorm, StackedSpectralNorm, apply_spectral_norm
 from rl_moe.regularizers.specreg import SpectralReg
 from rl_moe.regularizers.sphere import SPHERE_PRESETS, Sphere, SphereConfig, sphere_config
@@ -35,6 +37,8 @@ REGISTRY: dict[str, type[Regularizer]] = {
     "specreg": SpectralReg,
     "lb": LoadBalance,
     "ortho": Orthogonality,
+    "sdmoe": SDRefresh,
+    "dsc": DSCAux,
 }
 
 
@@ -63,12 +67,14 @@ __all__ = [
     "SPHERE_PRESETS",
     "CChain",
     "ContinualBackprop",
+    "DSCAux",
     "LoadBalance",
     "LossContext",
     "Orthogonality",
     "Parseval",
     "Penalty",
     "ReDo",
+    "SDRefresh",
     "Regularizer",
     "SpectralNorm",
     "SpectralReg",

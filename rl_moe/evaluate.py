@@ -1,0 +1,186 @@
+"""``python -m rl_moe.evaluate``: re-evaluate a finished run's task checkpoints with another router.
+
+Example::
+
+    python -m rl_moe.evaluate runs/cw10/ppo-topk-s0-20260101-120000 --router ssmoe --alpha 0.7
+
+Every stored task checkpoint is loaded, its actor re-routed training-free (``ssmoe``: SSMoE's
+eigenvector router mixed with the learned gate, alpha P_EV + (1 - alpha) P_R; ``own``: the
+run's own router unchanged, a control that reproduces its matrix) and scored on the same cells, eval envs and seeds as the
+run's own success matrix. The result goes to a new file ``reroute-<router>-a<alpha>.json`` in the
+run folder, holding both matrices; nothing of the run is modified. Whether the EV router undoes
+routing collapse after continual training reads off the two matrices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from torch import nn
+
+from rl_moe.continual.errors import UsageError
+
+EXIT_USAGE = 2
+#: Actor network kinds whose Top-K router the EV router can stand in for.
+REROUTABLE_KINDS: tuple[str, ...] = ("topk", "sdmoe", "ssmoe")
+#: Where each policy keeps its actor network: (owner attribute path, attribute).
+ACTOR_SLOTS: tuple[tuple[str, str], ...] = (("mlp_extractor", "actor_net"), ("actor", "net"))
+
+
+def _ssmoe(net: nn.Module, alpha: float, top_c: int) -> nn.Module:
+    from rl_moe.nn import EVRerouted
+
+    return EVRerouted(net, alpha, top_c)
+
+
+def _own(net: nn.Module, alpha: float, top_c: int) -> nn.Module:
+    return net  # the router the run trained with, unchanged: a control
+
+
+#: --router name -> (trained actor, alpha, top_c) -> re-routed actor.
+ROUTERS: dict[str, Callable[[nn.Module, float, int], nn.Module]] = {"ssmoe": _ssmoe, "own": _own}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m rl_moe.evaluate", description="Re-evaluate a run's task checkpoints with another router (training-free).")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by python -m rl_moe.crl")
+    p.add_argument("--router", default="ssmoe", help=f"router to evaluate with: {', '.join(ROUTERS)}")
+    p.add_argument("--alpha", type=float, default=0.7, help="EV-router weight alpha in [0, 1] (SSMoE; default 0.7)")
+    p.add_argument("--top-c", type=int, default=2, help="eigenvectors per expert embedding (default 2)")
+    p.add_argument("--episodes", type=int, default=None, help="episodes per cell (default: the run's eval.matrix_episodes)")
+    p.add_argument("--device", default="cpu", help="torch device: cpu or cuda")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    return p
+
+
+def output_path(run_dir: Path, router: str, alpha: float) -> Path:
+    """``RUN_DIR/reroute-<router>-a<alpha>.json``."""
+    return run_dir / f"reroute-{router}-a{alpha:g}.json"
+
+
+def _load(run_dir: Path) -> tuple[Any, dict[str, Any]]:
+    from rl_moe.continual.config import RunConfig
+
+    for name in ("config.json", "results.json"):
+        if not (run_dir / name).is_file():
+            raise UsageError(f"{str(run_dir)!r} is not a run folder (no {name})")
+    try:
+        cfg = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+        results = json.loads((run_dir / "results.json").read_text())
+    except (json.JSONDecodeError, TypeError, ValueError) as exc:
+        raise UsageError(f"cannot read run {str(run_dir)!r}: {exc}") from None
+    return cfg, results
+
+
+def check_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """Validate everything before any work; :class:`UsageError` names the bad value."""
+    from rl_moe.continual.methods import get_method
+
+    if args.router not in ROUTERS:
+        raise UsageError(f"unknown router {args.router!r}; valid choices: {', '.join(ROUTERS)}")
+    if not 0.0 <= args.alpha <= 1.0:
+        raise UsageError(f"--alpha must be in [0, 1], got {args.alpha}")
+    if args.top_c < 1:
+        raise UsageError(f"--top-c must be >= 1, got {args.top_c}")
+    if args.episodes is not None and args.episodes < 1:
+        raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+    if args.threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {args.threads}")
+    if args.device not in ("cpu", "cuda"):
+        raise UsageError(f"unknown device {args.device!r}; valid choices: cpu, cuda")
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise UsageError(f"no such run folder {args.run_dir!r}")
+    cfg, results = _load(run_dir)
+    kind = get_method(cfg.method).kind
+    if not cfg.net.actor_moe or kind not in REROUTABLE_KINDS:
+        raise UsageError(f"run {str(run_dir)!r} has a {kind!r} actor; --router needs a Top-K routed actor: {', '.join(REROUTABLE_KINDS)}")
+    if int(results.get("finished_tasks", 0)) < 1:
+        raise UsageError(f"run {str(run_dir)!r} has no finished task (no checkpoint to evaluate)")
+    return cfg, results
+
+
+def reroute_actor(policy: nn.Module, router: str, alpha: float, top_c: int) -> None:
+    """Replace the policy's actor network by its re-routed version (same parameters)."""
+    for owner_path, name in ACTOR_SLOTS:
+        owner = getattr(policy, owner_path, None)
+        if owner is not None and isinstance(getattr(owner, name, None), nn.Module):
+            setattr(owner, name, ROUTERS[router](getattr(owner, name), alpha, top_c))
+            return
+    raise UsageError(f"cannot find the actor network of {type(policy).__name__}; valid choices: MoEActorCriticPolicy, MoETD3Policy")
+
+
+def reevaluate(run_dir: Path, cfg: Any, results: dict[str, Any], router: str, alpha: float, top_c: int, episodes: int, device: str) -> list[list[float | None]]:
+    """The success matrix of the re-routed checkpoints, on the cells the run's matrix filled."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from rl_moe.continual.agents import build_model
+    from rl_moe.continual.evaluation import evaluate
+    from rl_moe.continual.results import checkpoint_path
+    from rl_moe.continual.scheduler import ContinualScheduler
+
+    sched = ContinualScheduler(cfg, run_dir, progress=False)  # reads only: eval envs, seeds, tasks
+    original = results["success_matrix"]
+    env = DummyVecEnv(sched.eval_factories(0)[:1])
+    matrix: list[list[float | None]] = [[None] * len(sched.tasks) for _ in sched.tasks]
+    try:
+        for i in range(int(results["finished_tasks"])):
+            model = build_model(cfg, env, device)
+            model.set_parameters(str(checkpoint_path(run_dir, i, sched.tasks[i].name)), exact_match=True, device=device)
+            reroute_actor(model.policy, router, alpha, top_c)
+            norm = sched._load_vecnormalize(i)
+            for j, cell in enumerate(original[i]):
+                if cell is not None:
+                    matrix[i][j] = evaluate(model, sched.eval_factories(j), episodes, None if norm is None else norm.obs_rms).success
+    finally:
+        env.close()
+    return matrix
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the exit code (0 ok, 2 usage error)."""
+    args = build_parser().parse_args(argv)
+    try:
+        cfg, results = check_args(args)
+        if args.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise UsageError("device 'cuda' requested but no CUDA GPU is available; valid choices here: cpu")
+    except UsageError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_USAGE
+    import torch
+
+    torch.set_num_threads(args.threads)
+    run_dir = Path(args.run_dir)
+    episodes = args.episodes or cfg.eval.matrix_episodes
+    matrix = reevaluate(run_dir, cfg, results, args.router, args.alpha, args.top_c, episodes, args.device)
+    out = output_path(run_dir, args.router, args.alpha)
+    from rl_moe.continual.results import write_json_atomic
+
+    write_json_atomic(out, {
+        "router": args.router, "alpha": args.alpha, "top_c": args.top_c, "episodes": episodes,
+        "tasks": list(cfg.tasks), "success_matrix": matrix, "original_success_matrix": results["success_matrix"],
+    })  # fmt: skip
+    print(f"re-routed ({args.router}, alpha={args.alpha:g}) success matrix: {out}")
+    for i, row in enumerate(matrix):
+        cells = " ".join("  -  " if v is None else f"{v:5.2f}" for v in row)
+        was = " ".join("  -  " if v is None else f"{v:5.2f}" for v in results["success_matrix"][i])
+        print(f"  after task {i}: {cells}   (original: {was})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Routed networks of the companion papers: SD-MoE experts and the SSMoE eigenvector router.
+
+Both keep the Top-K gate and full-MLP experts of :class:`~rl_moe.nn.moe.RoutedMoE`; DSC, which
+replaces the experts altogether, lives in :mod:`rl_moe.nn.dsc`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from rl_moe.nn.config import NetConfig
+from rl_moe.nn.experts import StackedExperts
+from rl_moe.nn.moe import GateMLP, MoEOutput, RoutedMoE, load_balance_loss, run_routed
+from rl_moe.nn.routing import Routing, topk_routing
+from rl_moe.nn.sdmoe import sdmoe_experts
+from rl_moe.nn.ssmoe import gate_directions, input_embeddings, mixed_probs, ssmoe_routing
+from rl_moe.nn.static import static_shapes_enabled
+
+
+class SDMoE(RoutedMoE):
+    """Top-K MoE whose experts are SD-MoE spectral stacks (:mod:`rl_moe.nn.sdmoe`): each expert
+    layer is W_c + W_u^(i) (SD-MoE Eq. 8) with the gradient split of Eqs. 9-10. The router is the
+    standard Top-K gate (SD-MoE §3.3: "follows the standard linear MoE router")."""
+
+    def __init__(self, in_dim: int, out_dim: int, cfg: NetConfig, out_gain: float = 1.0) -> None:
+        super().__init__(in_dim, out_dim, cfg, out_gain)
+        self.experts = sdmoe_experts(cfg.n_experts, in_dim, out_dim, cfg, out_gain)
+
+
+def ev_mixed_route(
+    gate: GateMLP, experts: StackedExperts, x: Tensor, k: int, temperature: float, alpha: float, top_c: int
+) -> tuple[Tensor, Tensor, Routing]:
+    """(gate embedding, logits, routing) of SSMoE's router P = alpha P_EV + (1 - alpha) P_R
+    (SSMoE Algorithm 1). ``logits`` is log P, or the gate's own logits when alpha = 0, where the
+    routing is exactly :func:`~rl_moe.nn.routing.topk_routing`.
+
+    The EV router W_EV depends on the weights only; it is rebuilt on every call (eigh of E in x in
+    Grams; well under a millisecond at E=10, in=39) and is a constant for autograd, as Algorithm 1
+    pre-computes it.
+    """
+    emb, logits = gate(x)  # (N, G), (N, E)
+    if alpha == 0.0:
+        return emb, logits, topk_routing(logits, k, temperature, static_shapes_enabled())
+    with torch.no_grad():
+        dirs = gate_directions(gate)  # (E, in) router embeddings r_i
+        w_ev = input_embeddings(experts.layer_weights()[0], dirs, top_c)  # (E, in) = W_EV^T
+    mixed = mixed_probs(logits, x.detach() @ w_ev.T, temperature, alpha)  # (N, E)
+    return emb, mixed.clamp_min(1e-30).log(), ssmoe_routing(mixed, k)
+
+
+class SSMoE(RoutedMoE):
+    """Top-K MoE trained with SSMoE's mixed router (:func:`ev_mixed_route`, :mod:`rl_moe.nn.ssmoe`).
+
+    Same parameters as :class:`RoutedMoE` (the EV router has none)."""
+
+    def route(self, x: Tensor) -> tuple[Tensor, Tensor, Routing]:
+        cfg = self.cfg
+        return ev_mixed_route(self.gate, self.experts, x, cfg.top_k, cfg.temperature, cfg.ssmoe_alpha, cfg.ssmoe_top_c)
+
+
+class EVRerouted(nn.Module):
+    """A trained Top-K-routed network evaluated with SSMoE's mixed router, training-free (SSMoE
+    §3: the EV router needs no training). Shares every parameter of ``net``.
+
+    :param net: a :class:`RoutedMoE` with Top-K routing (``topk``, ``sdmoe``, ``ssmoe``)
+    :param alpha: weight of the EV router
+    :param top_c: eigenvectors per expert embedding
+    """
+
+    def __init__(self, net: RoutedMoE, alpha: float, top_c: int = 2) -> None:
+        super().__init__()
+        self.net, self.alpha, self.top_c = net, alpha, top_c
+        self.n_experts, self.in_dim, self.out_dim = net.n_experts, net.in_dim, net.out_dim
+
+    def forward(self, x: Tensor) -> MoEOutput:
+        cfg = self.net.cfg
+        emb, logits, routing = ev_mixed_route(self.net.gate, self.net.experts, x, cfg.top_k, cfg.temperature, self.alpha, self.top_c)
+        out, group = run_routed(self.net.experts, x, routing)
+        aux = {"load_balance": load_balance_loss(logits, routing.mask)}
+        return MoEOutput(out, routing.probs, routing.indices, logits, emb, (group,), aux)

@@ -1,0 +1,66 @@
+"""DSC auxiliary losses (dsc-dynamic-subspace-composition §2.5, Eqs. 9-13).
+
+L = lambda_1 L_aux + lambda_2 L_budget + lambda_3 L_frame + lambda_z L_z (Eq. 13), with
+L_aux = M sum_j P_j^2 (Eq. 9, load balance), L_budget = max(0, mu - mean S)^2 (Eq. 10, signal
+preservation), L_frame the frame potential of the atom banks (Eq. 11) and L_z the squared
+log-partition of the router logits (Eq. 12). The network computes them on the minibatch
+(``MoEOutput.aux``, summed over its DSC branches; the budget per branch); this regularizer names,
+weights and returns them. Defaults are the paper's App. A.3 settings.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
+from rl_moe.regularizers.targets import active_roles, check_target, role_outputs
+
+#: Term name -> aux key of the network output (the budget is computed here from ``dsc_signal``).
+TERMS: tuple[str, ...] = ("balance", "budget", "frame", "z")
+
+
+def budget_loss(signal: torch.Tensor, mu: float) -> torch.Tensor:
+    """sum over branches of max(0, mu - mean_b S_b)^2 (Eq. 10); ``signal`` (L,) per-branch mean S."""
+    return torch.relu(mu - signal).pow(2).sum()
+
+
+class DSCAux(Regularizer):
+    """The four DSC auxiliary losses of every DSC network in the target roles.
+
+    :param balance: lambda_1 of the load-balance loss (0.01)
+    :param budget: lambda_2 of the budget loss (0.01)
+    :param mu: budget target mu (1.0)
+    :param frame: lambda_3 of the frame potential (0.001)
+    :param z: lambda_z of the logit-range loss (1e-4)
+    :param target: ``actor`` (default), ``critic`` or ``both``; TD3 runs default to ``both`` since
+        their critics carry the method's network (``ALGO_REGULARIZER_DEFAULTS``)
+    """
+
+    name = "dsc"
+
+    def __init__(
+        self, balance: float = 0.01, budget: float = 0.01, mu: float = 1.0, frame: float = 1e-3, z: float = 1e-4, target: str = "actor"
+    ) -> None:
+        self.coefs = {"balance": balance, "budget": budget, "frame": frame, "z": z}
+        self.mu = mu
+        self.roles = check_target(target)
+
+    @property
+    def graph_safe(self) -> bool:
+        return True
+
+    def penalty(self, ctx: LossContext) -> list[Penalty]:
+        terms = []
+        for role in active_roles(ctx.phase, self.roles):
+            outs = [out for _, out in role_outputs(ctx, role) if "dsc_signal" in out.aux]
+            if not outs:
+                continue
+            losses = {
+                "balance": sum(o.aux["dsc_balance"] for o in outs),
+                "budget": sum(budget_loss(o.aux["dsc_signal"], self.mu) for o in outs),
+                "frame": sum(o.aux["dsc_frame"] for o in outs),
+                "z": sum(o.aux["dsc_z"] for o in outs),
+            }
+            suffix = "" if len(self.roles) == 1 else f"_{role}"
+            terms += [Penalty(f"dsc_{t}{suffix}", losses[t], self.coefs[t]) for t in TERMS]
+        return terms

@@ -1,0 +1,61 @@
+"""SD-MoE basis refresh (sd-moe-spectral-decomposition §3.3).
+
+The gradient split of Eqs. 9-10 happens inside the network (:class:`rl_moe.nn.sdmoe.SpectralExperts`);
+what remains is the periodic SVD of W_c that keeps U_k, V_k the shared part's current top-k
+singular vectors ("Since the basis for the common expert may change after update, we perform SVD
+on W_c periodically"). This hook runs it every ``svd_every`` optimizer steps of each phase, on the
+SD-MoE stacks of the networks that phase trains. It adds no loss term.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+from rl_moe.regularizers.base import Regularizer
+from rl_moe.regularizers.targets import active_roles, check_target, expert_stacks, role_networks
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stable_baselines3.common.base_class import BaseAlgorithm
+
+
+class SDRefresh(Regularizer):
+    """Refreshes SD-MoE's shared bases from an SVD of W_c.
+
+    :param svd_every: optimizer steps between refreshes (the paper's 16)
+    :param target: ``actor``, ``critic`` or ``both`` (default: every SD-MoE network there is)
+    """
+
+    name = "sdmoe"
+
+    def __init__(self, svd_every: int = 16, target: str = "both") -> None:
+        if svd_every < 1:
+            raise ValueError(f"svd_every must be >= 1, got {svd_every}")
+        self.svd_every = svd_every
+        self.roles = check_target(target)
+        self.steps: dict[str, int] = {}
+        self.refreshes = 0
+
+    def after_update(self, algo: "BaseAlgorithm", phase: str) -> None:
+        self.steps[phase] = self.steps.get(phase, 0) + 1
+        if self.steps[phase] % self.svd_every:
+            return
+        from rl_moe.nn.sdmoe import SpectralExperts
+
+        for role in active_roles(phase, self.roles):
+            for net in role_networks(algo.policy, role):
+                for stack in expert_stacks(net):
+                    if isinstance(stack, SpectralExperts):
+                        stack.refresh_bases()
+                        self.refreshes += 1
+
+    def logs(self) -> dict[str, float]:
+        return {"sdmoe_refreshes": float(self.refreshes)}
+
+    def state_dict(self, policy: nn.Module) -> dict[str, Any]:
+        return {"steps": dict(self.steps), "refreshes": self.refreshes}
+
+    def load_state_dict(self, state: dict[str, Any], policy: nn.Module) -> None:
+        self.steps = {str(k): int(v) for k, v in state.get("steps", {}).items()}
+        self.refreshes = int(state.get("refreshes", 0))
