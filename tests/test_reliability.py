@@ -205,6 +205,20 @@ def test_tensorboard_steps_strictly_increase_and_resume_purges_the_redone_range(
         assert all(b > a for a, b in zip(s, s[1:])), (tag, s)
 
 
+@pytest.mark.parametrize("steps", [128, 200])  # shorter than a 200-step episode; ending with one
+def test_td3_logs_each_task_once_with_increasing_steps(tmp_path: Path, steps: int) -> None:
+    """SB3 writes TD3's logs at episode ends: a short task still logs its update, and a task
+    ending on an episode end does not write its last step twice."""
+    run = tmp_path / "run"
+    argv = ["--suite", "smoke", "--preset", "tiny", "--no-progress", "--tasks", "2", "--algo", "td3"]
+    assert main([*argv, "--steps-per-task", str(steps), "--run-dir", str(run)]) == 0
+    raw = _raw_steps(run / "tb")
+    assert raw["train/critic_loss"], sorted(raw)
+    assert raw["train/critic_loss"][-1] <= 2 * steps
+    for tag, s in raw.items():
+        assert all(b > a for a, b in zip(s, s[1:])), (tag, s)
+
+
 # ---- item 8: small things a user notices -------------------------------------------------
 def test_quick_start_budget_is_whole_rollouts_and_results_record_the_steps_run(tmp_path: Path) -> None:
     import re

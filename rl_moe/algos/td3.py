@@ -49,6 +49,21 @@ class MoETD3(RegularizedMixin, TD3):
         with static_shapes(self.static_layout):
             return super().collect_rollouts(*args, **kwargs)
 
+    def dump_logs(self) -> None:
+        super().dump_logs()
+        self._dumped_at = self.num_timesteps
+
+    def flush_update_logs(self) -> None:
+        """Write the last ``train`` call's pending ``train/*`` at the current step.
+
+        SB3 writes TD3's logs only when an episode ends, so a task shorter than an episode would
+        otherwise log nothing. If SB3 already wrote at this step, the values stay pending for its
+        next write (writing them now would repeat the step).
+        """
+        if self.logger.name_to_value and getattr(self, "_dumped_at", None) != self.num_timesteps:
+            self.logger.dump(self.num_timesteps)
+            self._dumped_at = self.num_timesteps
+
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         self.policy.set_training_mode(True)
         self._update_learning_rate([self.actor.optimizer, self.critic.optimizer])
