@@ -44,7 +44,7 @@ from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.continual.envs import make_vec_env, task_factories
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 from rl_moe.policies import MoEActorCriticPolicy
-from rl_moe.regularizers import LossContext, Sphere
+from rl_moe.regularizers import Sphere, loss_context
 from rl_moe.regularizers.gram import GramStats
 from rl_moe.regularizers.sphere import sphere_value
 
@@ -88,18 +88,18 @@ def make_update(policy: MoEActorCriticPolicy, data: dict[str, torch.Tensor]) -> 
     naive = {"feature": _naive_feature, "loop": _naive_loop}
 
     def update(variant: str) -> None:
-        values, log_prob, _ = policy.evaluate_actions(data["obs"], data["act"])
+        values, log_prob, _, out, _ = policy.evaluate_actions_with_outputs(data["obs"], data["act"])
         ratio = torch.exp(log_prob - data["old_log_prob"])
         adv = data["adv"]
         policy_loss = -torch.min(adv * ratio, adv * ratio.clamp(0.8, 1.2)).mean()
         value_loss = torch.nn.functional.mse_loss(data["ret"], values.flatten())
-        out = policy.last_actor_output
         policy.optimizer.zero_grad()
         if variant in naive:
             (policy_loss + 0.5 * value_loss + 1e-3 * naive[variant](out)).backward()
         else:
             learner = learners[variant]
-            ctx = LossContext(learner, "ppo", None, out, None, losses={"actor": policy_loss, "value": value_loss})
+            losses = {"actor": policy_loss, "value": value_loss}
+            ctx = loss_context(learner, "ppo", None, {"actor": (out,)}, {"actor": policy_loss, "critic": value_loss}, losses)
             learner._backward(ctx, policy_loss, 0.5 * value_loss, policy.parameters())
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
         policy.optimizer.step()

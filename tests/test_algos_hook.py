@@ -40,7 +40,7 @@ class PullLogStd(Regularizer):
         if ctx.phase not in self.phases:
             return []
         self.calls["penalty"] += 1
-        self.seen_outputs += int(ctx.actor_out is not None or ctx.critic_out is not None)
+        self.seen_outputs += int(any(o is not None for step in ctx.roles.values() for o in step.outputs))
         params = ctx.algo.policy.log_std if ctx.phase == "ppo" else ctx.algo.actor.net.experts.biases[-1]
         return [Penalty(self.name, (params - self.target).pow(2).sum(), self.coef)]
 

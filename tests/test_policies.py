@@ -34,8 +34,13 @@ def test_ppo_learns_with_every_kind(kind):
     model.learn(192)
     assert _params_changed(before, model)
     assert all(torch.isfinite(p).all() for p in model.policy.parameters())
-    assert isinstance(model.policy.last_actor_output, MoEOutput)
-    assert model.policy.last_actor_output.out.shape == (32, 1)
+    obs = torch.randn(32, 3)
+    evaluated = model.policy.evaluate_actions_with_outputs(obs, torch.zeros(32, 1))
+    assert isinstance(evaluated.actor, MoEOutput) and isinstance(evaluated.critic, MoEOutput)
+    assert evaluated.actor.out.shape == (32, 1)
+    values, log_prob, _ = model.policy.evaluate_actions(obs, torch.zeros(32, 1))
+    torch.testing.assert_close(values, evaluated.values)
+    torch.testing.assert_close(log_prob, evaluated.log_prob)
 
 
 @pytest.mark.parametrize("kind", NETWORK_KINDS)
@@ -45,7 +50,11 @@ def test_td3_learns_with_every_kind(kind):
     model.learn(160)
     assert _params_changed(before, model)
     assert len(critic_networks(model.policy)) == 2
-    assert isinstance(model.critic.last_outputs[0], MoEOutput)
+    obs, actions = torch.randn(8, 3), torch.zeros(8, 1)
+    outputs = model.critic.forward_with_outputs(obs, actions)
+    assert len(outputs) == 2 and all(isinstance(o, MoEOutput) for o in outputs)
+    torch.testing.assert_close(model.critic(obs, actions)[1], outputs[1].out)
+    assert isinstance(model.actor.forward_with_output(obs).output, MoEOutput)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import torch
 from rl_moe.algos import MoEPPO, MoETD3
 from rl_moe.continual.results import load_regularizer_state, save_regularizer_state
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
-from rl_moe.regularizers import REGISTRY, LossContext, make_regularizer
+from rl_moe.regularizers import REGISTRY, loss_context, make_regularizer
 
 ARCH = dict(n_experts=3, top_k=2, hidden=(16, 16), gate_hidden=(16,))
 #: Settings under which each stateful regularizer changes its state within a short run.
@@ -94,7 +94,8 @@ def test_cchain_term_is_live_right_after_a_resume(tmp_path: Path) -> None:
 
     def first_term(m: MoEPPO) -> float:
         out = m.policy.actor_net(obs)
-        ctx = LossContext(m, "ppo", None, out, None, losses={"policy": out.out.sum() * 0 + 1.0, "actor": out.out.sum()})
+        losses = {"policy": out.out.sum() * 0 + 1.0, "actor": out.out.sum()}
+        ctx = loss_context(m, "ppo", None, {"actor": (out,)}, {"actor": losses["actor"], "critic": losses["actor"]}, losses)
         return float(m.regularizers[0].penalty(ctx)[0].loss.detach())
 
     fresh = _ppo("cchain")

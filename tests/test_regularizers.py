@@ -21,6 +21,7 @@ from rl_moe.regularizers import (
     ReDo,
     SpectralNorm,
     SpectralReg,
+    loss_context,
     make_regularizer,
 )
 from rl_moe.regularizers.ortho import orthogonality_loss
@@ -39,11 +40,19 @@ def _algo(policy):
     return types.SimpleNamespace(policy=policy)
 
 
+def _ctx(algo, out, losses) -> LossContext:
+    """A PPO minibatch context whose actor output is ``out`` (no critic output)."""
+    zero = out.out.new_zeros(())
+    refs = {"actor": losses.get("actor", zero), "critic": zero}
+    return loss_context(algo, "ppo", None, {"actor": (out,)}, refs, losses)
+
+
 def _step(reg, algo, x: torch.Tensor, losses=None):
     out = algo.policy.actor_net(x)
     losses = losses or {"actor": out.out.pow(2).mean(), "policy": out.out.pow(2).mean()}
-    terms = reg.penalty(LossContext(algo, "ppo", None, actor_out=out, losses=losses))
-    return out, terms
+    ctx = _ctx(algo, out, losses)
+    reg.observe(ctx)
+    return out, reg.penalty(ctx)
 
 
 def test_registry_and_errors() -> None:
@@ -70,7 +79,7 @@ def test_parseval_known_answer_and_steps_reduce_it() -> None:
         for w in policy.actor_net.experts.weights:
             w.mul_(1.5 + torch.rand_like(w))
     algo, reg = _algo(policy), Parseval(coef=1.0)
-    refs = role_hidden_weights(policy, "actor")
+    refs = role_hidden_weights(policy.roles()["actor"])
     assert [r.stacked for r in refs] == [True, True, False]  # two expert hidden layers, the gate body layer
     opt = torch.optim.Adam(policy.actor_net.parameters(), lr=1e-2)
     before = None
@@ -133,7 +142,7 @@ def test_redo_resets_exactly_dormant_units_and_their_adam_state() -> None:
     assert expected[0][1, [0, 3, 4]].all()
     w_out = [stack.weights[l + 1].detach().clone() for l in range(2)]
     reg = ReDo(frequency=1, gate=False)
-    reg.penalty(LossContext(algo, "ppo", None, actor_out=out, losses={}))
+    reg.observe(_ctx(algo, out, {}))
     reg.after_update(algo, "ppo")
     for layer in range(2):
         zero_rows = stack.weights[layer + 1].detach().abs().sum(2) == 0  # (E, H)
@@ -169,7 +178,7 @@ def test_redo_resets_dormant_gate_units_and_keeps_the_routing() -> None:
     keep = [i for i in range(8) if i not in dormant]
     w_logits = logits.weight.detach().clone()
     reg = ReDo(frequency=1)
-    reg.penalty(LossContext(algo, "ppo", None, actor_out=out, losses={}))
+    reg.observe(_ctx(algo, out, {}))
     reg.after_update(algo, "ppo")
     assert logits.weight[:, dormant].abs().sum() == 0 and torch.equal(logits.weight[:, keep], w_logits[:, keep])
     assert body.weight[dormant].abs().sum(1).min() > 0 and body.bias[dormant].abs().sum() == 0  # fresh inputs
@@ -203,7 +212,7 @@ def test_spectral_norm_gives_unit_sigma_and_keeps_training() -> None:
     assert reg.n_layers == 3  # two expert layers (stacked) + the gate body layer
     for _ in range(5):
         policy.actor_net(torch.randn(16, 5))
-    for ref in role_hidden_weights(policy, "actor"):
+    for ref in role_hidden_weights(policy.roles()["actor"]):
         sigma = torch.linalg.matrix_norm(ref.rows_out().detach(), ord=2)
         torch.testing.assert_close(sigma, torch.ones_like(sigma), rtol=2e-3, atol=2e-3)
     original = policy.actor_net.experts.weights.parametrizations["0"].original
@@ -221,7 +230,7 @@ def test_spectral_reg_matches_exact_sigma() -> None:
         (term,) = _step(reg, algo, torch.randn(8, 5))[1]
     exact = sum(
         (torch.linalg.matrix_norm(r.rows_out().detach(), ord=2).pow(2) - 1).pow(2).sum()
-        for r in role_hidden_weights(policy, "actor")
+        for r in role_hidden_weights(policy.roles()["actor"])
     )
     assert term.loss.item() == pytest.approx(float(exact), rel=1e-3)
     assert term.coef == 1e-4
@@ -317,8 +326,7 @@ def test_spectral_norm_on_td3_targets_follows_polyak_updates() -> None:
     for _ in range(20):  # eval-mode forwards: the targets' vectors keep tracking their weights
         model.policy.actor_target(x)
         model.policy.critic_target(x, torch.zeros(4, 1))
-    view = types.SimpleNamespace(actor=model.policy.actor_target, critic=model.policy.critic_target)
-    for role in ("actor", "critic"):
-        for ref in role_hidden_weights(view, role):
+    for role in model.policy.roles().values():
+        for ref in role_hidden_weights(role, targets=True):
             sigma = torch.linalg.matrix_norm(ref.rows_out().detach(), ord=2)
             torch.testing.assert_close(sigma, torch.ones_like(sigma), rtol=5e-2, atol=5e-2)

@@ -13,7 +13,7 @@ from gymnasium import spaces
 
 from rl_moe.nn import NETWORK_KINDS, Dispatch, build_network
 from rl_moe.policies import MoEActorCriticPolicy
-from rl_moe.regularizers import LossContext, Sphere, SphereConfig, make_regularizer, scaled_coef, sphere_config
+from rl_moe.regularizers import LossContext, Sphere, loss_context, SphereConfig, make_regularizer, scaled_coef, sphere_config
 from rl_moe.regularizers import gram_kernels as gram_module
 from rl_moe.regularizers.gram import FeatureBlock, dense_phi, effective_rank, gram_stats, per_expert_stats, sample_gram
 from rl_moe.regularizers.sphere import feature_blocks, sphere_value
@@ -152,9 +152,13 @@ def test_layer_variants_all_and_joint() -> None:
     torch.testing.assert_close(every, brute(phis[0]) + brute(phis[1]))
 
 
-def _ctx(policy, out, losses, phase="ppo"):
+def _ctx(policy, out, losses, phase="ppo") -> LossContext:
     algo = types.SimpleNamespace(policy=policy)
-    return LossContext(algo, phase, None, actor_out=out, critic_out=None, losses=losses)
+    zero = out.out.new_zeros(())
+    refs = {"actor": losses.get("actor", zero), "critic": losses.get("value", zero)}
+    if phase != "ppo":
+        refs = {"actor": losses.get("actor", zero)}
+    return loss_context(algo, phase, None, {"actor": (out,)}, refs, losses)
 
 
 def _policy(**kw) -> MoEActorCriticPolicy:
@@ -251,12 +255,10 @@ def test_td3_critic_placement_uses_critic_loss_and_every_q_network() -> None:
     obs, act = spaces.Box(-1, 1, (5,), np.float32), spaces.Box(-1, 1, (2,), np.float32)
     policy = MoETD3Policy(obs, act, lambda _: 1e-3, n_experts=3, top_k=2, hidden=(16, 16))
     x, a = torch.randn(20, 5), torch.rand(20, 2) * 2 - 1
-    qs = policy.critic(x, a)
-    outs = policy.critic.last_outputs
-    critic_loss = sum((q - 1.0).pow(2).mean() for q in qs)
-    ctx = LossContext(
-        types.SimpleNamespace(policy=policy), "td3_critic", None, None, outs[0],
-        losses={"critic": critic_loss}, extra={"critic_outputs": outs},
+    outs = policy.critic.forward_with_outputs(x, a)
+    critic_loss = sum((o.out - 1.0).pow(2).mean() for o in outs)
+    ctx = loss_context(
+        types.SimpleNamespace(policy=policy), "td3_critic", None, {"critic": outs}, {"critic": critic_loss}, {"critic": critic_loss}
     )
     assert Sphere().penalty(ctx) == []  # actor placement: nothing in the critic phase
     (term,) = Sphere(placement="critic", rho=0.2, rank_every=0).penalty(ctx)

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_moe.algos.guard import check_update
-from rl_moe.regularizers.base import LossContext, Penalty, Regularizer, grads_norm
+from rl_moe.algos.hooks import LossContext, Penalty, Regularizer, grads_norm
 
 
 class TermSink(Protocol):
@@ -104,7 +104,7 @@ class RegularizedMixin:
     ) -> Tensor:
         """Backpropagate ``reference + rest + sum(coef * penalty)`` into ``.grad``; return the total.
 
-        This is the one place where extra loss terms enter an update. ``reference`` is the loss
+        Every regularizer first observes ``ctx``, then returns its penalties. This is the one place where extra loss terms enter an update. ``reference`` is the loss
         adaptive coefficients compare against (PPO: the actor loss; TD3: the phase's loss) and
         ``rest`` the other base terms. A :class:`GradScale` term is resolved here: the gradient of
         ``reference`` is computed once, used both for its norm and as the update, and the
@@ -113,6 +113,8 @@ class RegularizedMixin:
         ``sink`` does (the default sink, :class:`HostTermLog`, reads each term once).
         """
         sink = self._penalty_log if sink is None else sink
+        for reg in self.regularizers:
+            reg.observe(ctx)
         scaled: list[Penalty] = []
         for reg in self.regularizers:
             for term in reg.penalty(ctx):

@@ -35,7 +35,6 @@ from torch import Tensor
 from rl_moe.algos.common import DeviceTermLog
 from rl_moe.algos.ppo_loss import ppo_losses
 from rl_moe.nn.static import static_shapes
-from rl_moe.regularizers.base import LossContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from rl_moe.algos.ppo import MoEPPO
@@ -124,18 +123,14 @@ def _reset_cuda_generators() -> None:
             gen.graphsafe_set_state(gen.clone_state())
 
 
-def _forget_outputs(policy: torch.nn.Module) -> None:
-    """Drop what a policy keeps from its last forward: the MoE outputs and SB3's action
-    distribution (which holds the mean actions).
+def _forget_distribution(policy: torch.nn.Module) -> None:
+    """Drop SB3's action distribution of the policy's last forward (it holds the mean actions).
 
     One made with gradients outside the capture (by the plasticity probe's actor gradient, say)
     keeps autograd's per-parameter accumulators alive on the default stream; the captured
-    backward would then wait on that stream, which invalidates the capture.
+    backward would then wait on that stream, which invalidates the capture. (The MoE outputs are
+    returned to the caller, never kept on the policy.)
     """
-    for module in policy.modules():
-        for attr in ("last_actor", "last_critic"):
-            if getattr(module, attr, None) is not None:
-                setattr(module, attr, None)
     dist = getattr(policy, "action_dist", None)
     if getattr(dist, "distribution", None) is not None:
         dist.distribution = None  # type: ignore[union-attr]
@@ -237,10 +232,8 @@ class FastPPOUpdate:
         clip_vf = None if algo.clip_range_vf is None else self.clip_range_vf
         with static_shapes(self.static), no_distribution_checks():
             losses = ppo_losses(algo, batch, self.clip_range, clip_vf)
-            actor_out, critic_out = algo._last_outputs()
-            ctx = LossContext(algo, "ppo", batch, actor_out, critic_out, losses=losses.as_dict(), sync_free=True)
             policy.optimizer.zero_grad(set_to_none=True)
-            total = algo._backward(ctx, losses.actor, algo.vf_coef * losses.value, policy.parameters(), sink=self.terms)
+            total = algo._backward(losses.context(algo, batch, sync_free=True), losses.actor, algo.vf_coef * losses.value, policy.parameters(), sink=self.terms)
         torch.nn.utils.clip_grad_norm_(policy.parameters(), algo.max_grad_norm)
         policy.optimizer.step()
         with torch.no_grad():
@@ -287,7 +280,7 @@ class FastPPOUpdate:
         """
         saved = self._snapshot()
         static_index = index.clone()
-        _forget_outputs(self.algo.policy)
+        _forget_distribution(self.algo.policy)
         # A collection during the capture can free an earlier learner's graph (its memory pool),
         # a CUDA call the capture forbids: it would invalidate this capture and leave the CUDA
         # generator mid-capture, so later random ops in the process fail.

@@ -17,7 +17,7 @@ from rl_moe.algos.common import RegularizedMixin
 from rl_moe.algos.ppo_loss import ppo_losses
 from rl_moe.algos.fast import FAST_MODES, FastPPOUpdate, no_distribution_checks, unsupported_reason
 from rl_moe.nn.static import static_shapes
-from rl_moe.regularizers.base import LossContext, Regularizer
+from rl_moe.algos.hooks import Regularizer
 
 
 class MoEPPO(RegularizedMixin, PPO):
@@ -51,9 +51,6 @@ class MoEPPO(RegularizedMixin, PPO):
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_fast"]
-
-    def _last_outputs(self) -> tuple[Any, Any]:
-        return getattr(self.policy, "last_actor_output", None), getattr(self.policy, "last_critic_output", None)
 
     def fast_path_reason(self) -> str | None:
         """Why this learner runs the standard update (None when it runs the fast one)."""
@@ -122,10 +119,8 @@ class MoEPPO(RegularizedMixin, PPO):
                         print(f"Early stopping at epoch {epoch}: approx KL {approx_kl_div:.2f}")
                     break
 
-                actor_out, critic_out = self._last_outputs()
-                ctx = LossContext(self, "ppo", batch, actor_out, critic_out, losses=losses.as_dict())
                 self.policy.optimizer.zero_grad()
-                loss = self._backward(ctx, losses.actor, self.vf_coef * losses.value, self.policy.parameters())
+                loss = self._backward(losses.context(self, batch), losses.actor, self.vf_coef * losses.value, self.policy.parameters())
                 torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
                 self.policy.optimizer.step()
                 self._after_update("ppo")

@@ -1,5 +1,6 @@
 """The clipped PPO objective of one minibatch (Schulman et al. 2017, arXiv:1707.06347), as SB3
-computes it; shared by the standard and the sync-free updates and by the diagnostics."""
+computes it; the one implementation, shared by the standard and the sync-free updates and by the
+diagnostics (``plasticity/grad_norm``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from gymnasium import spaces
 from stable_baselines3.common.type_aliases import RolloutBufferSamples
 from torch import Tensor
 
+from rl_moe.algos.hooks import LossContext, loss_context
+from rl_moe.nn import MoEOutput
+from rl_moe.policies import evaluate_actions
+
 
 class PPOLosses(NamedTuple):
     """The loss terms of one minibatch, attached to the graph."""
@@ -21,6 +26,16 @@ class PPOLosses(NamedTuple):
     actor: Tensor  # () policy + ent_coef * entropy: the reference loss of SPHERE's adaptive lambda
     ratio: Tensor  # (B,) pi / pi_old
     log_ratio: Tensor  # (B,) log pi - log pi_old
+    actor_output: MoEOutput | None  # the actor network's output (None for SB3's own policies)
+    critic_output: MoEOutput | None  # the value network's output
+
+    def context(self, algo: Any, batch: RolloutBufferSamples, sync_free: bool = False) -> LossContext:
+        """The regularizers' view of this minibatch: the actor's reference loss is L_actor, the
+        critic's the value loss."""
+        return loss_context(
+            algo, "ppo", batch, {"actor": (self.actor_output,), "critic": (self.critic_output,)},
+            {"actor": self.actor, "critic": self.value}, self.as_dict(), sync_free,
+        )  # fmt: skip
 
     def as_dict(self) -> dict[str, Tensor]:
         """The terms under the names :class:`~rl_moe.regularizers.LossContext` uses."""
@@ -43,7 +58,7 @@ def ppo_losses(
     actions = batch.actions
     if isinstance(algo.action_space, spaces.Discrete):
         actions = actions.long().flatten()
-    values, log_prob, entropy = algo.policy.evaluate_actions(batch.observations, actions)
+    values, log_prob, entropy, actor_output, critic_output = evaluate_actions(algo.policy, batch.observations, actions)
     values = values.flatten()
     advantages = batch.advantages
     if getattr(algo, "normalize_advantage", True) and len(advantages) > 1:
@@ -59,4 +74,4 @@ def ppo_losses(
     value_loss = F.mse_loss(batch.returns, values_pred)
     entropy_loss = torch.mean(log_prob) if entropy is None else -torch.mean(entropy)
     actor_loss = policy_loss + float(getattr(algo, "ent_coef", 0.0)) * entropy_loss
-    return PPOLosses(policy_loss, value_loss, entropy_loss, actor_loss, ratio, log_ratio)
+    return PPOLosses(policy_loss, value_loss, entropy_loss, actor_loss, ratio, log_ratio, actor_output, critic_output)

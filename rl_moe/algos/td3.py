@@ -11,8 +11,15 @@ from stable_baselines3.common.utils import polyak_update
 
 from rl_moe.algos.common import DeviceTermLog, RegularizedMixin
 from rl_moe.algos.fast import FAST_MODES
+from rl_moe.algos.hooks import Regularizer, loss_context
 from rl_moe.nn.static import static_shapes
-from rl_moe.regularizers.base import LossContext, Regularizer
+from rl_moe.policies import act_with_output, q_values_with_outputs
+
+
+def td3_actor_loss(critic: torch.nn.Module, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """TD3's actor loss -mean Q1(s, pi(s)), ``actions`` = pi(s); the one implementation, shared
+    with the diagnostics (``plasticity/grad_norm``)."""
+    return -critic.q1_forward(obs, actions).mean()
 
 
 class MoETD3(RegularizedMixin, TD3):
@@ -95,13 +102,9 @@ class MoETD3(RegularizedMixin, TD3):
             next_q = next_q.min(dim=1, keepdim=True).values
             target_q = batch.rewards + (1 - batch.dones) * discounts * next_q
 
-        current_q = self.critic(batch.observations, batch.actions)
+        current_q, critic_outs = q_values_with_outputs(self.critic, batch.observations, batch.actions)
         critic_loss = sum(F.mse_loss(q, target_q) for q in current_q)
-        critic_outs = getattr(self.critic, "last_outputs", [])
-        ctx = LossContext(
-            self, "td3_critic", batch, None, critic_outs[0] if critic_outs else None,
-            losses={"critic": critic_loss}, extra={"critic_outputs": critic_outs},
-        )  # fmt: skip
+        ctx = loss_context(self, "td3_critic", batch, {"critic": critic_outs}, {"critic": critic_loss}, {"critic": critic_loss})
         sums[0] += critic_loss.detach()
         self.critic.optimizer.zero_grad()
         self._backward(ctx, critic_loss, critic_loss.new_zeros(()), self.critic.parameters(), sink=terms)
@@ -110,8 +113,9 @@ class MoETD3(RegularizedMixin, TD3):
 
         if self._n_updates % self.policy_delay != 0:
             return False
-        actor_loss = -self.critic.q1_forward(batch.observations, self.actor(batch.observations)).mean()
-        ctx = LossContext(self, "td3_actor", batch, getattr(self.actor, "last_output", None), None, losses={"actor": actor_loss})
+        actions, actor_out = act_with_output(self.actor, batch.observations)
+        actor_loss = td3_actor_loss(self.critic, batch.observations, actions)
+        ctx = loss_context(self, "td3_actor", batch, {"actor": (actor_out,)}, {"actor": actor_loss}, {"actor": actor_loss})
         sums[1] += actor_loss.detach()
         self.actor.optimizer.zero_grad()
         self._backward(ctx, actor_loss, actor_loss.new_zeros(()), self.actor.parameters(), sink=terms)

@@ -18,6 +18,7 @@ from stable_baselines3.common.type_aliases import RolloutBufferSamples
 from torch import Tensor
 
 from rl_moe.algos.ppo_loss import ppo_losses
+from rl_moe.algos.td3 import td3_actor_loss as td3_loss
 from rl_moe.diagnostics.views import NetView
 
 
@@ -51,7 +52,7 @@ def td3_actor_loss(model: BaseAlgorithm, obs: Tensor, n_states: int, generator: 
     critic = getattr(policy, "critic", None)
     if critic is None or not hasattr(critic, "q1_forward"):
         return None
-    return -critic.q1_forward(obs, policy.actor(obs)).mean()
+    return td3_loss(critic, obs, policy.actor(obs))
 
 
 #: Actor losses by learner family.

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from rl_moe.diagnostics.actor_grad import actor_grad, learner_family
 from rl_moe.diagnostics.slq import PROBE_SLQ_PROBES, SlqConfig
-from rl_moe.diagnostics.suite import (
+from rl_moe.diagnostics.groups import (
     coupling_group,
     entk_rank,
     plasticity_group,

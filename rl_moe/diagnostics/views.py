@@ -11,9 +11,11 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+from stable_baselines3.common.policies import ActorCriticPolicy
 from torch import Tensor, nn
 
 from rl_moe.nn import Dispatch, ExpertGroup, ExpertPass, MoEOutput
+from rl_moe.policies import HasRoles, Role, policy_roles
 
 _NOT_ACTIVATIONS = (nn.Linear, nn.LayerNorm, nn.Dropout, nn.Flatten, nn.Identity)
 
@@ -77,19 +79,6 @@ def _ppo_features(policy: nn.Module, obs: Tensor, critic: bool) -> Tensor:
     return features
 
 
-def _rl_moe_networks(policy: nn.Module) -> tuple[nn.Module, list[nn.Module]] | None:
-    """(actor network, critic networks) of an rl_moe policy, or None for other policies."""
-    from rl_moe.policies import (  # late: policies import SB3 and nn
-        actor_network,
-        critic_networks,
-    )
-
-    try:
-        return actor_network(policy), critic_networks(policy)
-    except TypeError:
-        return None
-
-
 def _td3_inputs(policy: nn.Module) -> Callable[[Tensor], Tensor]:
     actor = policy.actor
     return lambda obs: actor.extract_features(obs, actor.features_extractor)
@@ -107,8 +96,14 @@ def _q_inputs(policy: nn.Module) -> Callable[[Tensor], Tensor]:
     return inputs
 
 
-def _is_actor_critic(policy: nn.Module) -> bool:
-    return hasattr(policy, "mlp_extractor")
+def _view(policy: nn.Module, role: Role, inputs: Callable[[Tensor], Tensor]) -> NetView:
+    """The first network of ``role``: an rl_moe network as is, SB3's layers as one expert."""
+    if isinstance(policy, HasRoles):
+        net = role.networks[0]
+        return NetView(net, inputs, _is_moe_net(net))
+    # SB3 actor-critic: (mlp_extractor branch, output Linear); SB3 TD3: the Q/mu Sequential.
+    layers = [*role.networks[0], *role.networks[1:]] if isinstance(policy, ActorCriticPolicy) else list(role.networks[0])
+    return NetView(SequentialAsMoE(layers), inputs, False)
 
 
 def actor_view(policy: nn.Module) -> NetView:
@@ -117,31 +112,22 @@ def actor_view(policy: nn.Module) -> NetView:
     :param policy: an SB3 policy
     :raises ValueError: for a policy layout the diagnostics do not know
     """
-    nets = _rl_moe_networks(policy)
-    if nets is not None:
-        inputs = (lambda obs: _ppo_features(policy, obs, False)) if _is_actor_critic(policy) else _td3_inputs(policy)
-        return NetView(nets[0], inputs, _is_moe_net(nets[0]))
-    if _is_actor_critic(policy) and hasattr(policy, "action_net"):  # SB3 ActorCriticPolicy
-        body = SequentialAsMoE([*policy.mlp_extractor.policy_net, policy.action_net])
-        return NetView(body, lambda obs: _ppo_features(policy, obs, False), False)
-    if hasattr(getattr(policy, "actor", None), "mu"):  # SB3 TD3Policy
-        return NetView(SequentialAsMoE(list(policy.actor.mu)), _td3_inputs(policy), False)
-    raise ValueError(
-        f"unsupported policy {type(policy).__name__}; valid choices: MoEActorCriticPolicy, MoETD3Policy, "
-        "SB3 ActorCriticPolicy, SB3 TD3Policy"
-    )
+    try:
+        role = policy_roles(policy)["actor"]
+    except ValueError:
+        raise ValueError(
+            f"unsupported policy {type(policy).__name__}; valid choices: MoEActorCriticPolicy, MoETD3Policy, "
+            "SB3 ActorCriticPolicy, SB3 TD3Policy"
+        ) from None
+    inputs = (lambda obs: _ppo_features(policy, obs, False)) if isinstance(policy, ActorCriticPolicy) else _td3_inputs(policy)
+    return _view(policy, role, inputs)
 
 
 def critic_view(policy: nn.Module) -> NetView | None:
     """The value network (PPO) or the first Q-network at a = pi(s) (TD3); None when unknown."""
-    nets = _rl_moe_networks(policy)
-    if nets is not None:
-        critic = nets[1][0]
-        inputs = (lambda obs: _ppo_features(policy, obs, True)) if _is_actor_critic(policy) else _q_inputs(policy)
-        return NetView(critic, inputs, _is_moe_net(critic))
-    if _is_actor_critic(policy) and hasattr(policy, "value_net"):
-        body = SequentialAsMoE([*policy.mlp_extractor.value_net, policy.value_net])
-        return NetView(body, lambda obs: _ppo_features(policy, obs, True), False)
-    if hasattr(getattr(policy, "critic", None), "q_networks") and hasattr(policy, "actor"):
-        return NetView(SequentialAsMoE(list(policy.critic.q_networks[0])), _q_inputs(policy), False)
-    return None
+    try:
+        role = policy_roles(policy)["critic"]
+    except ValueError:
+        return None
+    inputs = (lambda obs: _ppo_features(policy, obs, True)) if isinstance(policy, ActorCriticPolicy) else _q_inputs(policy)
+    return _view(policy, role, inputs)

@@ -6,7 +6,7 @@ SB3's ``action_net`` is the identity; the log-std is SB3's state-independent par
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from gymnasium import spaces
@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from rl_moe.nn import MoEOutput, NetConfig, build_network
 from rl_moe.policies.networks import fused_optimizer_kwargs, pop_net_configs
+from rl_moe.policies.roles import Role
 
 
 def _action_out_dim(action_space: spaces.Space) -> int:
@@ -26,11 +27,22 @@ def _action_out_dim(action_space: spaces.Space) -> int:
     raise ValueError(f"unsupported action space {type(action_space).__name__}; valid choices: Box, Discrete")
 
 
+class ActorCriticEval(NamedTuple):
+    """SB3's ``evaluate_actions`` results plus the networks' full outputs (None for plain SB3 nets)."""
+
+    values: Tensor  # (B, 1)
+    log_prob: Tensor  # (B,)
+    entropy: Tensor | None  # (B,)
+    actor: MoEOutput | None
+    critic: MoEOutput | None
+
+
 class MoEActorCritic(nn.Module):
     """Actor and critic networks in SB3's ``mlp_extractor`` contract.
 
-    ``forward_actor`` returns the action mean (or logits); ``forward_critic`` the value. The last
-    :class:`~rl_moe.nn.MoEOutput` of each is kept for the regularizers and diagnostics.
+    ``forward_actor`` returns the action mean (or logits); ``forward_critic`` the value. Nothing is
+    kept from a forward: the learner gets the full :class:`~rl_moe.nn.MoEOutput` from
+    :meth:`MoEActorCriticPolicy.evaluate_actions_with_outputs`.
     """
 
     def __init__(self, features_dim: int, action_dim: int, actor_cfg: NetConfig, critic_cfg: NetConfig) -> None:
@@ -38,19 +50,15 @@ class MoEActorCritic(nn.Module):
         self.actor_net = build_network(features_dim, action_dim, actor_cfg, out_gain=0.01)
         self.critic_net = build_network(features_dim, 1, critic_cfg, out_gain=1.0)
         self.latent_dim_pi, self.latent_dim_vf = action_dim, 1
-        self.last_actor: MoEOutput | None = None
-        self.last_critic: MoEOutput | None = None
 
     def forward(self, features: Tensor) -> tuple[Tensor, Tensor]:
         return self.forward_actor(features), self.forward_critic(features)
 
     def forward_actor(self, features: Tensor) -> Tensor:
-        self.last_actor = self.actor_net(features)
-        return self.last_actor.out
+        return self.actor_net(features).out
 
     def forward_critic(self, features: Tensor) -> Tensor:
-        self.last_critic = self.critic_net(features)
-        return self.last_critic.out
+        return self.critic_net(features).out
 
 
 class MoEActorCriticPolicy(ActorCriticPolicy):
@@ -114,13 +122,28 @@ class MoEActorCriticPolicy(ActorCriticPolicy):
         """The critic network (obs features -> :class:`MoEOutput` whose ``out`` is V)."""
         return self.mlp_extractor.critic_net
 
-    @property
-    def last_actor_output(self) -> MoEOutput | None:
-        return self.mlp_extractor.last_actor
+    def roles(self) -> dict[str, Role]:
+        """The actor and critic networks, both stepped by the policy's one optimizer."""
+        return {
+            "actor": Role("actor", (self.actor_net,), self.optimizer),
+            "critic": Role("critic", (self.critic_net,), self.optimizer),
+        }
 
-    @property
-    def last_critic_output(self) -> MoEOutput | None:
-        return self.mlp_extractor.last_critic
+    def evaluate_actions_with_outputs(self, obs: Tensor, actions: Tensor) -> ActorCriticEval:
+        """:meth:`evaluate_actions` (SB3's operations in SB3's order) that also returns the actor's
+        and critic's :class:`MoEOutput` on ``obs``, for the regularizers."""
+        features = self.extract_features(obs)
+        pi_features, vf_features = (features, features) if self.share_features_extractor else features
+        actor = self.actor_net(pi_features)
+        critic = self.critic_net(vf_features)
+        distribution = self._get_action_dist_from_latent(actor.out)
+        log_prob = distribution.log_prob(actions)
+        values = self.value_net(critic.out)
+        return ActorCriticEval(values, log_prob, distribution.entropy(), actor, critic)
+
+    def evaluate_actions(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        values, log_prob, entropy, _, _ = self.evaluate_actions_with_outputs(obs, actions)
+        return values, log_prob, entropy
 
     def actor_features(self, obs: Tensor) -> Tensor:
         """Preprocessed, flattened observation features fed to the actor network."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from gymnasium import spaces
@@ -15,6 +15,14 @@ from torch import Tensor, nn
 
 from rl_moe.nn import MoEOutput, NetConfig, build_network
 from rl_moe.policies.networks import fused_optimizer_kwargs, pop_net_configs
+from rl_moe.policies.roles import Role
+
+
+class ActorEval(NamedTuple):
+    """Actions of the deterministic actor and its network's output."""
+
+    actions: Tensor  # (B, act_dim) tanh-squashed
+    output: MoEOutput
 
 
 class MoETD3Actor(BasePolicy):
@@ -36,7 +44,6 @@ class MoETD3Actor(BasePolicy):
         )
         self.features_dim, self.net_cfg = features_dim, net_cfg
         self.net = build_network(features_dim, get_action_dim(action_space), net_cfg, out_gain=1.0)
-        self.last_output: MoEOutput | None = None
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
@@ -44,9 +51,12 @@ class MoETD3Actor(BasePolicy):
         return data
 
     def forward(self, obs: Tensor) -> Tensor:
-        features = self.extract_features(obs, self.features_extractor)
-        self.last_output = self.net(features)
-        return torch.tanh(self.last_output.out)
+        return self.forward_with_output(obs).actions
+
+    def forward_with_output(self, obs: Tensor) -> ActorEval:
+        """The actions and the network's :class:`MoEOutput` (for the regularizers)."""
+        output = self.net(self.extract_features(obs, self.features_extractor))
+        return ActorEval(torch.tanh(output.out), output)
 
     def _predict(self, observation: PyTorchObs, deterministic: bool = False) -> Tensor:
         return self(observation)
@@ -73,15 +83,17 @@ class MoETD3Critic(BaseModel):
         in_dim = features_dim + get_action_dim(action_space)
         self.q_nets = nn.ModuleList(build_network(in_dim, 1, net_cfg, out_gain=1.0) for _ in range(n_critics))
         self.q_networks = list(self.q_nets)  # the attribute SB3 code reads
-        self.last_outputs: list[MoEOutput] = []
 
     def forward(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, ...]:
+        return tuple(o.out for o in self.forward_with_outputs(obs, actions))
+
+    def forward_with_outputs(self, obs: Tensor, actions: Tensor) -> tuple[MoEOutput, ...]:
+        """Every Q-network's :class:`MoEOutput` (its ``out`` is Q) on obs ⊕ action."""
         # As in SB3: a shared extractor learns from the actor loss only.
         with torch.set_grad_enabled(not self.share_features_extractor):
             features = self.extract_features(obs, self.features_extractor)
         x = torch.cat([features, actions], dim=1)
-        self.last_outputs = [q(x) for q in self.q_nets]
-        return tuple(o.out for o in self.last_outputs)
+        return tuple(q(x) for q in self.q_nets)
 
     def q1_forward(self, obs: Tensor, actions: Tensor) -> Tensor:
         with torch.no_grad():
@@ -133,3 +145,10 @@ class MoETD3Policy(TD3Policy):
         data = super()._get_constructor_parameters()
         data.update(actor_cfg=self.actor_cfg.to_dict(), critic_cfg=self.critic_cfg.to_dict())
         return data
+
+    def roles(self) -> dict[str, Role]:
+        """The actor network and the Q-networks, each side with its optimizer and target copies."""
+        return {
+            "actor": Role("actor", (self.actor.net,), self.actor.optimizer, (self.actor_target.net,)),
+            "critic": Role("critic", tuple(self.critic.q_nets), self.critic.optimizer, tuple(self.critic_target.q_nets)),
+        }

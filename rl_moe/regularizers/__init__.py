@@ -1,17 +1,23 @@
-"""Regularizers: SPHERE and the plasticity baselines, in a registry by name."""
+"""Regularizers: SPHERE and the plasticity baselines, in a registry by name.
+
+The hook interface they implement (:class:`Regularizer`, :class:`LossContext`, :class:`Penalty`)
+lives with the learners in :mod:`rl_moe.algos.hooks` and is re-exported here.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rl_moe.regularizers.base import (
+from rl_moe.algos.hooks import (
     PHASES,
     GradScale,
     LossContext,
     Penalty,
     Regularizer,
+    RoleStep,
     grad_norm,
     grad_ratio_coef,
+    loss_context,
     scaled_coef,
 )
 from rl_moe.regularizers.cbp import ContinualBackprop
@@ -74,6 +80,7 @@ __all__ = [
     "Parseval",
     "Penalty",
     "ReDo",
+    "RoleStep",
     "SDRefresh",
     "Regularizer",
     "SpectralNorm",
@@ -86,6 +93,7 @@ __all__ = [
     "grad_ratio_coef",
     "GradScale",
     "scaled_coef",
+    "loss_context",
     "make_regularizer",
     "sphere_config",
 ]

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import active_roles, check_target, module_names, optimizers, role_outputs
+from rl_moe.algos.hooks import LossContext, Regularizer
+from rl_moe.regularizers.targets import active_roles, check_target, module_names
 from rl_moe.regularizers.units import ExpertUnits, GateUnits, UnitLayer, unit_layers
 
 #: Tag of the gate layer in saved state (expert layers use their index).
@@ -72,7 +72,8 @@ class ContinualBackprop(Regularizer):
         self.rate, self.maturity, self.decay, self.gate = replacement_rate, maturity, decay, gate
         self.roles = check_target(target)
         self._states: dict[tuple[int, int | str], _LayerState] = {}
-        self._touched: dict[str, list[_LayerState]] = {}
+        #: Per role, the layers updated by the latest :meth:`observe` and the role's optimizer.
+        self._touched: dict[str, tuple[list[_LayerState], list[Any]]] = {}
         self.n_replaced = 0
 
     def _state(self, units: UnitLayer) -> _LayerState:
@@ -82,16 +83,16 @@ class ContinualBackprop(Regularizer):
         return self._states[key]
 
     @torch.no_grad()
-    def penalty(self, ctx: LossContext) -> list[Penalty]:
-        for role in active_roles(ctx.phase, self.roles):
+    def observe(self, ctx: LossContext) -> None:
+        for step in ctx.active(self.roles):
             touched = []
-            for net, out in role_outputs(ctx, role):
+            for net, out in step.pairs():
                 for units, stats in unit_layers(net, out, self.gate):
                     st = self._state(units)
                     self.update_utility(st, *stats)
                     touched.append(st)
-            self._touched[role] = touched
-        return []
+            opts = [step.role.optimizer] if step.role.optimizer is not None else []
+            self._touched[step.role.name] = (touched, opts)
 
     def update_utility(self, st: _LayerState, mean_abs: Tensor, mean: Tensor, rows: Tensor) -> None:
         """One running-average step for groups (experts) that received rows; every unit ages."""
@@ -103,11 +104,9 @@ class ContinualBackprop(Regularizer):
         st.age += 1
 
     def after_update(self, algo: Any, phase: str) -> None:
-        opts = None
         for role in active_roles(phase, self.roles):
-            for st in self._touched.pop(role, []):
-                if opts is None:
-                    opts = optimizers(algo)
+            touched, opts = self._touched.pop(role, ([], []))
+            for st in touched:
                 self.n_replaced += self.replace(st, opts)
 
     @torch.no_grad()

@@ -23,8 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import active_roles, check_target, module_names, reference_loss, role_networks, role_outputs
+from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
+from rl_moe.policies import policy_roles
+from rl_moe.regularizers.targets import active_roles, check_target, module_names
 
 
 class _Snapshot:
@@ -84,8 +85,9 @@ class CChain(Regularizer):
         return self._snaps[id(net)]
 
     def on_training_start(self, algo: Any) -> None:
+        roles = policy_roles(algo.policy)
         for role in self.roles:
-            for net in role_networks(algo.policy, role):
+            for net in roles[role].networks:
                 self._snapshot(net)  # hooks must exist before the first training forward
 
     def coefficient(self, role: str) -> float:
@@ -96,8 +98,9 @@ class CChain(Regularizer):
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         terms = []
-        for role in active_roles(ctx.phase, self.roles):
-            pairs = role_outputs(ctx, role)
+        for step in ctx.active(self.roles):
+            role = step.role.name
+            pairs = step.pairs()
             if not pairs:  # needs networks returning MoEOutput (rl_moe networks, dense ones included)
                 continue
             snaps = [self._snapshot(n) for n, _ in pairs]
@@ -107,7 +110,8 @@ class CChain(Regularizer):
                     with torch.no_grad():
                         prev = snap.copy(snap.last_input).out
                     losses.append(F.mse_loss(out.out, prev))
-            ref = ctx.losses["policy"] if (ctx.phase, role) == ("ppo", "actor") else reference_loss(ctx, role)
+            # L_pg: PPO's policy loss without the entropy term; otherwise the role's loss.
+            ref = ctx.losses["policy"] if (ctx.phase, role) == ("ppo", "actor") else step.reference
             loss = torch.stack(losses).sum() if losses else ref.new_zeros(())
             coef = self.coefficient(role)
             if losses:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import active_roles, check_target, role_outputs
+from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
+from rl_moe.regularizers.targets import check_target
 
 #: Term name -> aux key of the network output (the budget is computed here from ``dsc_signal``).
 TERMS: tuple[str, ...] = ("balance", "budget", "frame", "z")
@@ -51,8 +51,8 @@ class DSCAux(Regularizer):
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         terms = []
-        for role in active_roles(ctx.phase, self.roles):
-            outs = [out for _, out in role_outputs(ctx, role) if "dsc_signal" in out.aux]
+        for step in ctx.active(self.roles):
+            outs = [out for _, out in step.pairs() if "dsc_signal" in out.aux]
             if not outs:
                 continue
             losses = {
@@ -61,6 +61,6 @@ class DSCAux(Regularizer):
                 "frame": sum(o.aux["dsc_frame"] for o in outs),
                 "z": sum(o.aux["dsc_z"] for o in outs),
             }
-            suffix = "" if len(self.roles) == 1 else f"_{role}"
+            suffix = "" if len(self.roles) == 1 else f"_{step.role.name}"
             terms += [Penalty(f"dsc_{t}{suffix}", losses[t], self.coefs[t]) for t in TERMS]
         return terms

@@ -8,8 +8,8 @@ without a router (dense MLP) add nothing.
 
 from __future__ import annotations
 
-from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import active_roles, check_target, role_outputs
+from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
+from rl_moe.regularizers.targets import check_target
 
 
 class LoadBalance(Regularizer):
@@ -27,9 +27,9 @@ class LoadBalance(Regularizer):
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         terms = []
-        for role in active_roles(ctx.phase, self.roles):
-            losses = [out.aux["load_balance"] for _, out in role_outputs(ctx, role) if "load_balance" in out.aux]
+        for step in ctx.active(self.roles):
+            losses = [out.aux["load_balance"] for _, out in step.pairs() if "load_balance" in out.aux]
             if losses:
-                name = self.name if len(self.roles) == 1 else f"{self.name}_{role}"
+                name = self.name if len(self.roles) == 1 else f"{self.name}_{step.role.name}"
                 terms.append(Penalty(name, sum(losses), self.coef))
         return terms

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import active_roles, check_target, expert_stacks, role_networks
+from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
+from rl_moe.regularizers.targets import check_target, expert_stacks
 
 
 def orthogonality_loss(w: Tensor) -> Tensor:
@@ -36,10 +36,10 @@ class Orthogonality(Regularizer):
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         terms = []
-        for role in active_roles(ctx.phase, self.roles):
-            stacks = [s for net in role_networks(ctx.algo.policy, role) for s in expert_stacks(net) if s.n_experts > 1]
+        for step in ctx.active(self.roles):
+            stacks = [s for net in step.role.networks for s in expert_stacks(net) if s.n_experts > 1]
             if not stacks:
                 continue
             loss = sum(orthogonality_loss(s.weights[0]) for s in stacks)
-            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{role}", loss, self.coef))
+            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{step.role.name}", loss, self.coef))
         return terms

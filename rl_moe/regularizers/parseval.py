@@ -14,8 +14,9 @@ from __future__ import annotations
 from torch import Tensor
 
 from rl_moe.nn.experts import ACTIVATION_GAINS
-from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import WeightRef, active_roles, check_target, role_hidden_weights, role_networks
+from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
+from rl_moe.policies import Role
+from rl_moe.regularizers.targets import WeightRef, check_target, role_hidden_weights
 
 
 def parseval_loss(w: Tensor, scale: float) -> Tensor:
@@ -25,8 +26,8 @@ def parseval_loss(w: Tensor, scale: float) -> Tensor:
     return gram.pow(2).sum() - 2 * scale * w.pow(2).sum() + scale**2 * out_dim * w.shape[0]
 
 
-def _activation_scale(policy, role: str) -> float:
-    for net in role_networks(policy, role):
+def _activation_scale(role: Role) -> float:
+    for net in role.networks:
         cfg = getattr(net, "cfg", None)
         if cfg is not None:
             return ACTIVATION_GAINS[cfg.activation] ** 2
@@ -49,9 +50,9 @@ class Parseval(Regularizer):
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         terms = []
-        for role in active_roles(ctx.phase, self.roles):
-            refs: list[WeightRef] = role_hidden_weights(ctx.algo.policy, role)
-            scale = self.scale if self.scale is not None else _activation_scale(ctx.algo.policy, role)
+        for step in ctx.active(self.roles):
+            refs: list[WeightRef] = role_hidden_weights(step.role)
+            scale = self.scale if self.scale is not None else _activation_scale(step.role)
             loss = sum(parseval_loss(r.rows_out(), scale) for r in refs)
-            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{role}", loss, self.coef))
+            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{step.role.name}", loss, self.coef))
         return terms

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import active_roles, check_target, optimizers, role_outputs
+from rl_moe.algos.hooks import LossContext, Regularizer
+from rl_moe.regularizers.targets import active_roles, check_target
 from rl_moe.regularizers.units import UnitLayer, unit_layers
 
 
@@ -48,23 +48,23 @@ class ReDo(Regularizer):
         self.tau, self.frequency, self.gate = tau, frequency, gate
         self.roles = check_target(target)
         self._steps: dict[str, int] = {}
-        self._pending: dict[str, list[tuple[UnitLayer, Tensor]]] = {}
+        #: Per role due for a check: (layer, mean |h|) pairs of the latest minibatch and the optimizer.
+        self._pending: dict[str, tuple[list[tuple[UnitLayer, Tensor]], list[Any]]] = {}
         self.n_reset = 0
 
-    def penalty(self, ctx: LossContext) -> list[Penalty]:
-        for role in active_roles(ctx.phase, self.roles):
+    def observe(self, ctx: LossContext) -> None:
+        for step in ctx.active(self.roles):
+            role = step.role.name
             due = (self._steps.get(role, 0) + 1) % self.frequency == 0
             if due:  # only keep activations when a check follows this step
-                self._pending[role] = [
-                    (units, stats.mean_abs) for net, out in role_outputs(ctx, role) for units, stats in unit_layers(net, out, self.gate)
-                ]
-        return []
+                layers = [(units, stats.mean_abs) for net, out in step.pairs() for units, stats in unit_layers(net, out, self.gate)]
+                self._pending[role] = (layers, [step.role.optimizer] if step.role.optimizer is not None else [])
 
     def after_update(self, algo: Any, phase: str) -> None:
         for role in active_roles(phase, self.roles):
             self._steps[role] = self._steps.get(role, 0) + 1
             if self._steps[role] % self.frequency == 0:
-                self.n_reset += self.recycle(self._pending.pop(role, []), optimizers(algo))
+                self.n_reset += self.recycle(*self._pending.pop(role, ([], [])))
 
     def recycle(self, layers: list[tuple[UnitLayer, Tensor]], opts: list[Any]) -> int:
         """Reset every dormant unit of ``(layer, mean |h| (E, H))`` pairs; returns how many."""

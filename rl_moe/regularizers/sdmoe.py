@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from rl_moe.regularizers.base import Regularizer
-from rl_moe.regularizers.targets import active_roles, check_target, expert_stacks, role_networks
+from rl_moe.algos.hooks import Regularizer
+from rl_moe.policies import policy_roles
+from rl_moe.regularizers.targets import active_roles, check_target, expert_stacks
 
 if TYPE_CHECKING:  # pragma: no cover
     from stable_baselines3.common.base_class import BaseAlgorithm
@@ -43,8 +44,9 @@ class SDRefresh(Regularizer):
             return
         from rl_moe.nn.sdmoe import SpectralExperts
 
+        roles = policy_roles(algo.policy)
         for role in active_roles(phase, self.roles):
-            for net in role_networks(algo.policy, role):
+            for net in roles[role].networks:
                 for stack in expert_stacks(net):
                     if isinstance(stack, SpectralExperts):
                         stack.refresh_bases()

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
-from rl_moe.regularizers.base import Regularizer
+from rl_moe.algos.hooks import Regularizer
+from rl_moe.policies import policy_roles
 from rl_moe.regularizers.targets import WeightRef, check_target, role_hidden_weights
 
 
@@ -93,23 +94,12 @@ class SpectralNorm(Regularizer):
         self.n_layers = 0
 
     def on_training_start(self, algo: Any) -> None:
-        for role in self.roles:
-            self.n_layers += apply_spectral_norm(role_hidden_weights(algo.policy, role))
-        # TD3 keeps target copies made before this hook: normalise them too so they match.
-        for attr in ("actor_target", "critic_target"):
-            module = getattr(algo.policy, attr, None)
-            role = "actor" if attr == "actor_target" else "critic"
-            if module is not None and role in self.roles:
-                apply_spectral_norm(_target_refs(algo.policy, module, role), always_update=True)
+        roles = policy_roles(algo.policy)
+        for name in self.roles:
+            self.n_layers += apply_spectral_norm(role_hidden_weights(roles[name]))
+            # TD3 keeps target copies made before this hook: normalise them too so they match.
+            apply_spectral_norm(role_hidden_weights(roles[name], targets=True), always_update=True)
 
     def logs(self) -> dict[str, float]:
         return {"specnorm_layers": float(self.n_layers)}
 
-
-def _target_refs(policy: Any, module: nn.Module, role: str) -> list[WeightRef]:
-    class _View:  # a policy-shaped view whose actor/critic is the target copy
-        pass
-
-    view = _View()
-    setattr(view, role, module)
-    return role_hidden_weights(view, role)  # type: ignore[arg-type]

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rl_moe.regularizers.base import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import active_roles, check_target, parameter_names, role_hidden_weights
+from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
+from rl_moe.regularizers.targets import check_target, parameter_names, role_hidden_weights
 
 
 class PowerIteration:
@@ -73,13 +73,13 @@ class SpectralReg(Regularizer):
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         terms = []
-        for role in active_roles(ctx.phase, self.roles):
+        for step in ctx.active(self.roles):
             loss = 0.0
-            for ref in role_hidden_weights(ctx.algo.policy, role):
+            for ref in role_hidden_weights(step.role):
                 w = ref.rows_out()  # (E, out, in)
                 it = self._iters.setdefault(id(ref.tensor), PowerIteration(w))
                 loss = loss + spectral_loss(w, it)
-            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{role}", loss, self.coef))
+            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{step.role.name}", loss, self.coef))
         return terms
 
     def state_dict(self, policy: Any) -> dict[str, Any]:

@@ -27,16 +27,9 @@ import torch
 from torch import Tensor
 
 from rl_moe.nn import MoEOutput
-from rl_moe.regularizers.base import GradScale, LossContext, Penalty, Regularizer
+from rl_moe.algos.hooks import GradScale, LossContext, Penalty, Regularizer
 from rl_moe.regularizers.gram import FeatureBlock, GramStats, effective_rank, gram_stats, per_expert_stats
-from rl_moe.regularizers.targets import (
-    active_roles,
-    check_choice,
-    check_target,
-    reference_loss,
-    role_outputs,
-    role_parameters,
-)
+from rl_moe.regularizers.targets import check_choice, check_target
 
 COEF_MODES: tuple[str, ...] = ("adaptive", "fixed", "loss_ratio")
 LAYERS: tuple[str, ...] = ("last", "all", "joint")
@@ -196,17 +189,17 @@ class Sphere(Regularizer):
         cfg = self.config
         self._sync_free = ctx.sync_free
         terms = []
-        for role in active_roles(ctx.phase, self.roles):
-            pairs = role_outputs(ctx, role)
+        for step in ctx.active(self.roles):
+            role = step.role.name
+            pairs = step.pairs()
             if not pairs:
                 continue
-            ref = reference_loss(ctx, role)
+            ref = step.reference
             loss = sum((self.network_loss(out, ref) for _, out in pairs), start=ref.new_zeros(()))
             if cfg.rho != 0 and cfg.coef_mode == "adaptive" and self._refresh(role):
                 # The learner resolves the ratio while backpropagating (one backward fewer than
                 # computing both norms here) and hands it back for the minibatches in between.
-                params = tuple(role_parameters(ctx.algo.policy, role))
-                scale = GradScale(cfg.rho, ref, params, cfg.eps, on_resolve=partial(self._store_ratio, role))
+                scale = GradScale(cfg.rho, ref, step.params, cfg.eps, on_resolve=partial(self._store_ratio, role))
                 terms.append(Penalty(self._term_name(role), loss, 0.0, scale))
                 continue
             coef = 0.0 if cfg.rho == 0 else self._coefficient(role, ref, loss)

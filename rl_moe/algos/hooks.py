@@ -1,9 +1,11 @@
-"""The regularizer interface used by :mod:`rl_moe.algos`.
+"""The hook interface of the learners: what a regularizer sees and returns.
 
-A regularizer is an object with explicit hooks. The learner calls, per gradient step,
-:meth:`Regularizer.penalty` with a :class:`LossContext` and adds ``coef * loss`` of every returned
-:class:`Penalty` to the loss of that phase; it logs each term as ``train/loss_<name>`` and
-``train/coef_<name>``. Lifecycle hooks run on task start and after each optimizer step.
+A regularizer is an object with explicit hooks. Per gradient step the learner builds one
+:class:`LossContext` (for each role trained in the phase: its networks' outputs on the minibatch,
+its reference loss and its parameters), calls :meth:`Regularizer.observe` and then
+:meth:`Regularizer.penalty` with it, and adds ``coef * loss`` of every returned :class:`Penalty` to
+the loss of that phase; it logs each term as ``train/loss_<name>`` and ``train/coef_<name>``.
+Lifecycle hooks run when training starts, on task start and after each optimizer step.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from rl_moe.policies.roles import Role, policy_roles
+
 if TYPE_CHECKING:  # pragma: no cover
     from stable_baselines3.common.base_class import BaseAlgorithm
 
@@ -21,6 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Phases of an update in which a penalty can be added.
 PHASES: tuple[str, ...] = ("ppo", "td3_critic", "td3_actor")
+#: Roles whose loss is optimised in each phase.
+PHASE_ROLES: dict[str, tuple[str, ...]] = {"ppo": ("actor", "critic"), "td3_actor": ("actor",), "td3_critic": ("critic",)}
 
 
 class GradScale(NamedTuple):
@@ -51,18 +57,37 @@ class Penalty(NamedTuple):
     scale: GradScale | None = None
 
 
+class RoleStep(NamedTuple):
+    """One role on one minibatch, computed once by the learner.
+
+    :param role: the networks, optimizer and target copies (:class:`~rl_moe.policies.Role`)
+    :param outputs: each network's output on the minibatch, aligned with ``role.networks``
+        (None for a network that returns no :class:`~rl_moe.nn.MoEOutput`, e.g. plain SB3 ones)
+    :param reference: the loss adaptive coefficients compare against (SPHERE App. A.3): PPO actor:
+        policy + entropy term; PPO critic: the value loss; TD3: the phase's loss
+    :param params: the role's trainable parameters (experts and gate; no log-std)
+    """
+
+    role: Role
+    outputs: tuple["MoEOutput | None", ...]
+    reference: Tensor
+    params: tuple[nn.Parameter, ...]
+
+    def pairs(self) -> list[tuple[nn.Module, "MoEOutput"]]:
+        """(network, output) of every network that returned a :class:`~rl_moe.nn.MoEOutput`."""
+        return [(n, o) for n, o in zip(self.role.networks, self.outputs) if o is not None]
+
+
 @dataclass
 class LossContext:
-    """What a penalty may use for one minibatch.
+    """What a regularizer may use for one minibatch.
 
     :param algo: the learner (PPO/TD3 subclass); ``algo.policy`` is the SB3 policy
     :param phase: one of :data:`PHASES`
     :param batch: the SB3 rollout or replay minibatch
-    :param actor_out: the actor network's output on this minibatch (None if not computed)
-    :param critic_out: the critic network's output(s); for TD3, the first Q-network's
+    :param roles: the roles trained in this phase (:data:`PHASE_ROLES`), by name
     :param losses: the base loss terms (PPO: ``policy``, ``value``, ``entropy``, ``actor`` = policy
         + entropy term; TD3: ``critic`` or ``actor``), still attached to the graph
-    :param extra: anything else a learner wants to pass on
     :param sync_free: the step runs without host syncs (and may be captured in a CUDA graph):
         a penalty must not read tensors back to the host nor branch on their values
     """
@@ -70,11 +95,38 @@ class LossContext:
     algo: "BaseAlgorithm"
     phase: str
     batch: Any
-    actor_out: "MoEOutput | None" = None
-    critic_out: "MoEOutput | None" = None
+    roles: dict[str, RoleStep] = field(default_factory=dict)
     losses: dict[str, Tensor] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
     sync_free: bool = False
+
+    def active(self, targets: tuple[str, ...]) -> list[RoleStep]:
+        """The steps of the roles among ``targets`` that this phase trains, in role order."""
+        return [self.roles[r] for r in PHASE_ROLES.get(self.phase, ()) if r in targets and r in self.roles]
+
+
+def loss_context(
+    algo: "BaseAlgorithm",
+    phase: str,
+    batch: Any,
+    outputs: dict[str, tuple["MoEOutput | None", ...]],
+    references: dict[str, Tensor],
+    losses: dict[str, Tensor],
+    sync_free: bool = False,
+) -> LossContext:
+    """The context of one minibatch: the policy's roles trained in ``phase`` with their outputs
+    (by role name) and reference losses.
+
+    :param outputs: per role, its networks' outputs in ``Role.networks`` order
+    :param references: per role trained in ``phase``, its reference loss
+    """
+    roles = policy_roles(algo.policy)
+    steps = {}
+    for name in PHASE_ROLES[phase]:
+        role = roles[name]
+        outs = tuple(outputs.get(name, ()))
+        outs = outs + (None,) * (len(role.networks) - len(outs))
+        steps[name] = RoleStep(role, outs, references[name], tuple(role.parameters))
+    return LossContext(algo, phase, batch, steps, losses, sync_free)
 
 
 class Regularizer:
@@ -91,6 +143,10 @@ class Regularizer:
         reads, no Python state that must change between minibatches, no ``after_update`` work
         that does either. Learners fall back to their standard update when any is not."""
         return False
+
+    def observe(self, ctx: LossContext) -> None:
+        """Sees each minibatch before its backward pass (e.g. activation statistics of the
+        roles' outputs); called before :meth:`penalty`."""
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         """Loss terms for this minibatch (empty when the phase does not concern it)."""

@@ -1,0 +1,77 @@
+"""Roles: the networks a learner trains under one loss, with the optimizer that steps them.
+
+A policy names its roles (``actor``, ``critic``) through :func:`policy_roles`; regularizers and
+diagnostics get networks, parameters and optimizers from a :class:`Role` instead of looking
+attributes up. rl_moe policies define ``roles()``; plain SB3 policies (``MlpPolicy`` for PPO,
+``TD3Policy``) are read in their documented layout here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+#: Role names, in the order policies list them.
+ROLES: tuple[str, ...] = ("actor", "critic")
+
+
+@dataclass(frozen=True, eq=False)
+class Role:
+    """One trained side of a policy.
+
+    :param name: ``actor`` or ``critic``
+    :param networks: its networks: one for a PPO side, one per Q-network for TD3's critic; a plain
+        SB3 actor-critic side is (its ``mlp_extractor`` branch, its output ``nn.Linear``)
+    :param optimizer: the optimizer that steps them (PPO: the policy's single one)
+    :param targets: TD3's Polyak-averaged copies of ``networks`` (empty for PPO)
+    """
+
+    name: str
+    networks: tuple[nn.Module, ...]
+    optimizer: torch.optim.Optimizer | None
+    targets: tuple[nn.Module, ...] = ()
+
+    @property
+    def parameters(self) -> list[nn.Parameter]:
+        """Trainable parameters of the role's networks (experts and gate; no log-std)."""
+        return [p for net in self.networks for p in net.parameters() if p.requires_grad]
+
+
+def sb3_roles(policy: nn.Module) -> dict[str, Role]:
+    """The roles of a plain SB3 ``ActorCriticPolicy`` or ``TD3Policy``.
+
+    :raises ValueError: for a policy of neither layout
+    """
+    if hasattr(policy, "mlp_extractor") and hasattr(policy, "action_net"):
+        opt = getattr(policy, "optimizer", None)
+        extractor = policy.mlp_extractor
+        return {
+            "actor": Role("actor", (extractor.policy_net, policy.action_net), opt),
+            "critic": Role("critic", (extractor.value_net, policy.value_net), opt),
+        }
+    actor, critic = getattr(policy, "actor", None), getattr(policy, "critic", None)
+    if hasattr(actor, "mu") and hasattr(critic, "q_networks"):
+        actor_target, critic_target = getattr(policy, "actor_target", None), getattr(policy, "critic_target", None)
+        return {
+            "actor": Role("actor", (actor.mu,), actor.optimizer, (actor_target.mu,) if actor_target is not None else ()),
+            "critic": Role(
+                "critic", tuple(critic.q_networks), critic.optimizer,
+                tuple(critic_target.q_networks) if critic_target is not None else (),
+            ),
+        }  # fmt: skip
+    raise ValueError(f"cannot find the roles of {type(policy).__name__}; valid choices: a rl_moe or SB3 PPO/TD3 policy")
+
+
+@runtime_checkable
+class HasRoles(Protocol):
+    """A policy that lists its own roles (the rl_moe policies)."""
+
+    def roles(self) -> dict[str, Role]: ...
+
+
+def policy_roles(policy: Any) -> dict[str, Role]:
+    """``{name: Role}`` of an rl_moe policy (its ``roles()``) or a plain SB3 PPO/TD3 policy."""
+    return policy.roles() if isinstance(policy, HasRoles) else sb3_roles(policy)
