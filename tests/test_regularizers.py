@@ -25,7 +25,9 @@ from rl_moe.regularizers import (
 )
 from rl_moe.regularizers.ortho import orthogonality_loss
 from rl_moe.regularizers.parseval import parseval_loss
+from rl_moe.regularizers.redo import dormant_units
 from rl_moe.regularizers.targets import role_hidden_weights
+from rl_moe.regularizers.units import UnitStats
 
 
 def _policy(kind: str = "topk", **kw) -> MoEActorCriticPolicy:
@@ -144,6 +146,13 @@ def test_redo_resets_exactly_dormant_units_and_their_adam_state() -> None:
     state = policy.optimizer.state[stack.weights[1]]
     assert state["exp_avg"][1, [0, 3, 4], :].abs().sum() == 0
     assert state["exp_avg"][0].abs().sum() > 0
+
+
+def test_redo_skips_idle_experts_but_recycles_a_silent_layer() -> None:
+    mean_abs = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.01, 1.0, 2.0]])  # (E, H)
+    stats = UnitStats(mean_abs, mean_abs, torch.tensor([0.0, 5.0, 5.0]))  # expert 0 got no rows
+    expected = torch.tensor([[False] * 3, [True] * 3, [True, False, False]])
+    torch.testing.assert_close(dormant_units(stats, 0.025), expected)
 
 
 def _gate_layers(policy):
