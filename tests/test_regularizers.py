@@ -49,14 +49,14 @@ def _step(reg, algo, x: torch.Tensor, losses=None):
 
 
 def test_registry_and_errors() -> None:
-    assert set(REGISTRY) == {"sphere", "pw", "cbp", "redo", "cchain", "specnorm", "specreg", "lb", "ortho", "sdmoe", "dsc"}
-    assert isinstance(make_regularizer("pw", coef=2e-3), Parseval)
-    with pytest.raises(ValueError, match="valid choices: sphere, pw"):
+    assert set(REGISTRY) == {"sphere", "parseval", "cbp", "redo", "cchain", "specnorm", "specreg", "load_balance", "ortho", "sdmoe", "dsc"}
+    assert isinstance(make_regularizer("parseval", coef=2e-3), Parseval)
+    with pytest.raises(ValueError, match="valid choices: sphere, parseval"):
         make_regularizer("l2")
     with pytest.raises(ValueError, match="valid choices"):
         make_regularizer("redo", tau=0.1, every=3)
     with pytest.raises(ValueError, match="valid choices: actor, critic, both"):
-        make_regularizer("pw", target="gate")
+        make_regularizer("parseval", target="gate")
 
 
 def test_parseval_known_answer_and_steps_reduce_it() -> None:

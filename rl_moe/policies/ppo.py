@@ -121,8 +121,3 @@ class MoEActorCriticPolicy(ActorCriticPolicy):
     @property
     def last_critic_output(self) -> MoEOutput | None:
         return self.mlp_extractor.last_critic
-
-    def actor_features(self, obs: Tensor) -> Tensor:
-        """Preprocessed, flattened observation features fed to the actor network."""
-        features = self.extract_features(obs)
-        return features if self.share_features_extractor else features[0]
