@@ -191,11 +191,9 @@ def validate(cfg: SweepConfig, trials: Sequence[Trial]) -> None:
         raise SweepError(f"--gpus-per-trial must be >= 0, got {cfg.gpus_per_trial}")
     if len(set(cfg.seeds)) != len(cfg.seeds):
         raise SweepError(f"duplicate seeds in --seed {' '.join(map(str, cfg.seeds))}")
-    try:
-        from rl_moe import crl
-        from rl_moe.continual.errors import UsageError
-    except ImportError as exc:
-        raise SweepError(f"the rl_moe.crl command is not importable ({exc})") from None
+    from rl_moe import crl
+    from rl_moe.continual.errors import UsageError
+
     parser = crl.build_parser()
     for trial in trials:
         argv = trial_command(trial, cfg)[3:]

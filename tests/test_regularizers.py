@@ -26,7 +26,9 @@ from rl_moe.regularizers import (
 )
 from rl_moe.regularizers.ortho import orthogonality_loss
 from rl_moe.regularizers.parseval import parseval_loss
+from rl_moe.regularizers.redo import dormant_units
 from rl_moe.regularizers.targets import role_hidden_weights
+from rl_moe.regularizers.units import UnitStats
 
 
 def _policy(kind: str = "topk", **kw) -> MoEActorCriticPolicy:
@@ -56,14 +58,14 @@ def _step(reg, algo, x: torch.Tensor, losses=None):
 
 
 def test_registry_and_errors() -> None:
-    assert set(REGISTRY) == {"sphere", "pw", "cbp", "redo", "cchain", "specnorm", "specreg", "lb", "ortho", "sdmoe", "dsc"}
-    assert isinstance(make_regularizer("pw", coef=2e-3), Parseval)
-    with pytest.raises(ValueError, match="valid choices: sphere, pw"):
+    assert set(REGISTRY) == {"sphere", "parseval", "cbp", "redo", "cchain", "specnorm", "specreg", "load_balance", "ortho", "sdmoe", "dsc"}
+    assert isinstance(make_regularizer("parseval", coef=2e-3), Parseval)
+    with pytest.raises(ValueError, match="valid choices: sphere, parseval"):
         make_regularizer("l2")
     with pytest.raises(ValueError, match="valid choices"):
         make_regularizer("redo", tau=0.1, every=3)
     with pytest.raises(ValueError, match="valid choices: actor, critic, both"):
-        make_regularizer("pw", target="gate")
+        make_regularizer("parseval", target="gate")
 
 
 def test_parseval_known_answer_and_steps_reduce_it() -> None:
@@ -153,6 +155,13 @@ def test_redo_resets_exactly_dormant_units_and_their_adam_state() -> None:
     state = policy.optimizer.state[stack.weights[1]]
     assert state["exp_avg"][1, [0, 3, 4], :].abs().sum() == 0
     assert state["exp_avg"][0].abs().sum() > 0
+
+
+def test_redo_skips_idle_experts_but_recycles_a_silent_layer() -> None:
+    mean_abs = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.01, 1.0, 2.0]])  # (E, H)
+    stats = UnitStats(mean_abs, mean_abs, torch.tensor([0.0, 5.0, 5.0]))  # expert 0 got no rows
+    expected = torch.tensor([[False] * 3, [True] * 3, [True, False, False]])
+    torch.testing.assert_close(dormant_units(stats, 0.025), expected)
 
 
 def _gate_layers(policy):

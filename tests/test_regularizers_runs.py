@@ -19,13 +19,13 @@ KWARGS = {"cbp": dict(maturity=4, replacement_rate=0.05), "redo": dict(frequency
 #: The logged key of each regularizer (without the ``_actor``/``_critic`` suffix of ``both``).
 KEYS = {
     "sphere": "train/loss_sphere",
-    "pw": "train/loss_parseval",
+    "parseval": "train/loss_parseval",
     "cbp": "train/cbp_units_replaced",
     "redo": "train/redo_units_reset",
     "cchain": "train/loss_cchain",
     "specnorm": "train/specnorm_layers",
     "specreg": "train/loss_specreg",
-    "lb": "train/loss_load_balance",
+    "load_balance": "train/loss_load_balance",
     "ortho": "train/loss_ortho",
     "sdmoe": "train/sdmoe_refreshes",
     "dsc": "train/loss_dsc_balance",

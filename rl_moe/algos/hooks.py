@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_moe.policies.roles import Role, policy_roles
+from rl_moe.maths import grads_norm
 
 if TYPE_CHECKING:  # pragma: no cover
     from stable_baselines3.common.base_class import BaseAlgorithm
@@ -176,13 +177,6 @@ class Regularizer:
 
     def load_state_dict(self, state: dict[str, Any], policy: nn.Module) -> None:
         """Restore the output of :meth:`state_dict` into this regularizer, built for ``policy``."""
-
-
-def grads_norm(grads: Iterable[Tensor | None]) -> Tensor:
-    """Joint L2 norm of a list of gradients (``None`` entries count as zero)."""
-    # Per-tensor norms first: no squared copy of large (E, in, out) expert gradients.
-    norms = [torch.linalg.vector_norm(g) for g in grads if g is not None]
-    return torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros(())
 
 
 def grad_norm(loss: Tensor, params: Iterable[nn.Parameter]) -> Tensor:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rl_moe.continual.errors import MissingDependencyError, UsageError
+from rl_moe.continual.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -56,11 +56,11 @@ METHODS: dict[str, Method] = {
         Method("ln", "topk", layer_norm=True, description="Top-K MoE with LayerNorm (LN baseline)"),
         _reg("cbp", "continual backprop (Dohare et al., 2024)"),
         _reg("redo", "ReDo dormant-neuron resets (Sokar et al., 2023)"),
-        _reg("pw", "parseval weight regularization (Chung et al., 2024)"),
+        _reg("parseval", "parseval weight regularization (Chung et al., 2024)"),
         _reg("cchain", "C-CHAIN churn reduction (Tang et al., 2025)"),
         _reg("specnorm", "spectral normalization"),
         _reg("specreg", "spectral regularization (Lewandowski et al., 2024)"),
-        _reg("lb", "load-balancing auxiliary loss"),
+        _reg("load_balance", "load-balancing auxiliary loss"),
         _reg("ortho", "expert orthogonality penalty"),
     )
 }
@@ -73,25 +73,15 @@ def get_method(name: str) -> Method:
     return METHODS[name]
 
 
-def regularizer_registry() -> Mapping[str, Any] | None:
-    """``rl_moe.regularizers.REGISTRY`` when that module provides it, else None."""
-    try:
-        from rl_moe import regularizers
-    except ImportError:  # pragma: no cover - the package always has the base module
-        return None
-    return getattr(regularizers, "REGISTRY", None)
-
-
 def check_regularizers(names: tuple[str, ...], kwargs: Mapping[str, Mapping[str, Any]]) -> None:
     """Fail early (before any run folder exists) when a regularizer is unknown or rejects its kwargs."""
     if not names:
         return
-    registry = regularizer_registry()
-    if registry is None:
-        raise MissingDependencyError(f"regularizers {list(names)} need rl_moe.regularizers.REGISTRY, which this install lacks")
-    missing = [n for n in names if n not in registry]
+    from rl_moe.regularizers import REGISTRY
+
+    missing = [n for n in names if n not in REGISTRY]
     if missing:
-        raise UsageError(f"unknown regularizer {missing[0]!r}; valid choices: {', '.join(registry)}")
+        raise UsageError(f"unknown regularizer {missing[0]!r}; valid choices: {', '.join(REGISTRY)}")
     try:
         build_regularizers(names, kwargs)
     except (TypeError, ValueError) as exc:
@@ -102,12 +92,6 @@ def build_regularizers(names: tuple[str, ...], kwargs: Mapping[str, Mapping[str,
     """Instantiate the regularizers of a method with their per-suite/CLI keyword arguments."""
     if not names:
         return []
-    from rl_moe import regularizers
+    from rl_moe.regularizers import make_regularizer
 
-    make = getattr(regularizers, "make_regularizer", None)
-    registry = regularizer_registry() or {}
-    out = []
-    for name in names:
-        kw = dict(kwargs.get(name, {}))
-        out.append(make(name, **kw) if make is not None else registry[name](**kw))
-    return out
+    return [make_regularizer(name, **kwargs.get(name, {})) for name in names]

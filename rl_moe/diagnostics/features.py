@@ -13,6 +13,7 @@ from rl_moe.diagnostics.linalg import (
     small_gram,
     spsd_eigvals,
 )
+from rl_moe.maths import dormant_scores
 from rl_moe.nn import MoEOutput
 
 #: Eigenvalues below this fraction of the largest count as zero for kappa (Gram built in float64).
@@ -42,7 +43,7 @@ def feature_metrics(output: MoEOutput, layer: int = -1, weighted: bool = True) -
 
 
 def unit_scores(hidden: Tensor, expert_idx: Tensor, n_experts: int) -> tuple[Tensor, Tensor]:
-    """ReDo scores s_u = E|h_u| / mean_j E|h_j| per expert and unit, over the rows routed to it.
+    """ReDo scores (:func:`rl_moe.maths.dormant_scores`) per expert and unit, over the rows routed to it.
 
     :param hidden: (R, H) post-activation rows of one hidden layer
     :param expert_idx: (R,) expert of each row
@@ -53,10 +54,7 @@ def unit_scores(hidden: Tensor, expert_idx: Tensor, n_experts: int) -> tuple[Ten
     counts = torch.bincount(expert_idx, minlength=n_experts).to(h.dtype)  # (E,)
     seen = counts > 0
     mean_abs = sums / counts.clamp_min(1.0)[:, None]  # (E, H) E|h_u| per expert
-    layer_mean = mean_abs.mean(1, keepdim=True)  # (E, 1)
-    # An expert whose whole layer is silent has score 0 everywhere (every unit dormant).
-    scores = torch.where(layer_mean > 0, mean_abs / layer_mean.clamp_min(1e-300), torch.zeros_like(mean_abs))
-    return scores, seen
+    return dormant_scores(mean_abs), seen
 
 
 def dormant_metrics(output: MoEOutput, taus: Iterable[float] = (DORMANT_TAU, 0.0)) -> dict[str, float]:
@@ -87,9 +85,3 @@ def dormant_metrics(output: MoEOutput, taus: Iterable[float] = (DORMANT_TAU, 0.0
             out[f"{key}_l{layer}"] = d / t if t else 0.0
         out[key] = sum(dead) / max(sum(total), 1)
     return out
-
-
-def grad_norm(params: Iterable[Tensor]) -> float:
-    """L2 norm of the ``.grad`` of the given parameters (after a backward of the actor loss)."""
-    sq = [p.grad.detach().to(torch.float64).pow(2).sum() for p in params if p.grad is not None]
-    return float(torch.stack(sq).sum().sqrt()) if sq else 0.0

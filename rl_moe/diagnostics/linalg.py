@@ -1,4 +1,8 @@
-"""Spectral utilities shared by every diagnostic: effective rank, condition number, smaller Gram."""
+"""Spectral utilities shared by every diagnostic: effective rank, condition number, smaller Gram.
+
+The effective rank and the eigenvalues it is built on live in :mod:`rl_moe.maths` (shared with
+SPHERE's logged rank) and are re-exported here.
+"""
 
 from __future__ import annotations
 
@@ -7,41 +11,9 @@ import math
 import torch
 from torch import Tensor
 
+from rl_moe.maths import effective_rank, effective_rank_from_eigvals, spsd_eigvals
 
-def spsd_eigvals(m: Tensor) -> Tensor:
-    """Eigenvalues of a symmetric positive semi-definite matrix, in float64, clamped at 0.
-
-    Round-off can make tiny eigenvalues slightly negative; they carry no spectral mass.
-
-    :param m: (n, n) SPSD matrix
-    :return: (n,) ascending eigenvalues >= 0
-    """
-    m = m.detach().to(torch.float64)
-    m = 0.5 * (m + m.T)
-    return torch.linalg.eigvalsh(m).clamp_min(0.0)
-
-
-def effective_rank_from_eigvals(eigvals: Tensor) -> float:
-    """r_e = exp(-sum p_i log p_i), p_i = lambda_i / sum lambda over lambda_i > 0 (SPHERE Eq. 7).
-
-    :param eigvals: (n,) non-negative eigenvalues
-    :return: effective rank in [1, n], or 0.0 for the zero matrix
-    """
-    lam = eigvals.detach().to(torch.float64).clamp_min(0.0)
-    total = lam.sum()
-    if total <= 0:
-        return 0.0
-    p = lam / total
-    entropy = -torch.special.xlogy(p, p).sum()  # 0 log 0 = 0
-    return float(torch.exp(entropy))
-
-
-def effective_rank(m: Tensor) -> float:
-    """Spectral-entropy effective rank of an SPSD matrix (docs/metrics.md): r_e(I_n) = n, rank one -> 1.
-
-    :param m: (n, n) SPSD matrix (a Gram, an NTK, a covariance)
-    """
-    return effective_rank_from_eigvals(spsd_eigvals(m))
+__all__ = ["condition_number", "effective_rank", "effective_rank_from_eigvals", "small_gram", "spsd_eigvals"]
 
 
 def condition_number(eigvals: Tensor, rel_floor: float = 0.0) -> float:

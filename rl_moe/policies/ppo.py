@@ -144,8 +144,3 @@ class MoEActorCriticPolicy(ActorCriticPolicy):
     def evaluate_actions(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         values, log_prob, entropy, _, _ = self.evaluate_actions_with_outputs(obs, actions)
         return values, log_prob, entropy
-
-    def actor_features(self, obs: Tensor) -> Tensor:
-        """Preprocessed, flattened observation features fed to the actor network."""
-        features = self.extract_features(obs)
-        return features if self.share_features_extractor else features[0]

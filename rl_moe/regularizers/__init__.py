@@ -32,16 +32,17 @@ from rl_moe.regularizers.specnorm import SpectralNorm, StackedSpectralNorm, appl
 from rl_moe.regularizers.specreg import SpectralReg
 from rl_moe.regularizers.sphere import SPHERE_PRESETS, Sphere, SphereConfig, sphere_config
 
-#: Regularizers by method name (CLI ``--method``).
+#: Regularizers by method name (CLI ``--method``); each key is also the class's ``name`` and its
+#: log tag (``train/loss_<name>``).
 REGISTRY: dict[str, type[Regularizer]] = {
     "sphere": Sphere,
-    "pw": Parseval,
+    "parseval": Parseval,
     "cbp": ContinualBackprop,
     "redo": ReDo,
     "cchain": CChain,
     "specnorm": SpectralNorm,
     "specreg": SpectralReg,
-    "lb": LoadBalance,
+    "load_balance": LoadBalance,
     "ortho": Orthogonality,
     "sdmoe": SDRefresh,
     "dsc": DSCAux,

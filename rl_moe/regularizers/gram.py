@@ -19,8 +19,8 @@ from rl_moe.nn import Dispatch
 from rl_moe.regularizers.gram_kernels import _plan, sample_gram_stats
 
 __all__ = [
-    "GRAM_SPACES", "FeatureBlock", "GramStats", "dense_phi", "effective_rank", "feature_dim", "feature_gram",
-    "gram_stats", "per_expert_stats", "sample_gram", "sample_gram_stats",
+    "GRAM_SPACES", "FeatureBlock", "GramStats", "dense_phi", "feature_dim", "feature_gram",
+    "gram_stats", "per_expert_stats", "sample_gram_stats",
 ]  # fmt: skip
 
 #: Where the Gram may be computed.
@@ -68,11 +68,6 @@ def dense_phi(blocks: Sequence[FeatureBlock]) -> Tensor:
             dense = f.new_zeros(d.n_samples, d.n_experts, f.shape[1]).index_put((d.sample_idx, d.expert_idx), f)
         cols.append(dense.reshape(d.n_samples, -1))  # (N, E*H)
     return torch.cat(cols, dim=1)
-
-
-def sample_gram(blocks: Sequence[FeatureBlock]) -> Tensor:
-    """G = Phi Phi^T / N (N, N), not differentiable (use :func:`gram_stats` for the penalty)."""
-    return sample_gram_stats(blocks)[2]
 
 
 def feature_gram(blocks: Sequence[FeatureBlock]) -> Tensor:
@@ -131,13 +126,3 @@ def per_expert_stats(blocks: Sequence[FeatureBlock]) -> list[GramStats]:
             trace.append(g.diagonal(dim1=1, dim2=2).sum(1))
         out.append(GramStats(torch.cat(fro2), torch.cat(trace), h, d.n_samples, p.new_zeros(0)))
     return out
-
-
-def effective_rank(gram: Tensor) -> float:
-    """r_e = exp(entropy of the normalised positive eigenvalues) of an SPSD matrix."""
-    eig = torch.linalg.eigvalsh(gram.detach().double())
-    eig = eig[eig > eig.max().clamp_min(0) * 1e-12]
-    if eig.numel() == 0:
-        return 0.0
-    p = eig / eig.sum()
-    return float(torch.exp(-(p * p.log()).sum()))

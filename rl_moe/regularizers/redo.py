@@ -6,10 +6,12 @@ bias is zeroed and its outgoing weights are set to zero (so the network function
 and the Adam moments of those entries are zeroed.
 
 Choices: scores use the latest training minibatch; for MoE each expert is its own layer (its
-mean over j runs over that expert's units, the expectation over the rows routed to it), and an
-expert that received no rows in that minibatch is left alone. Resets act on expert hidden layers
-(every rl_moe network, the dense MLP included) and, with ``gate=True``, on the gate's last hidden
-layer (its embedding, scored over all states; earlier gate layers are not checked).
+mean over j runs over that expert's units, the expectation over the rows routed to it). An expert
+that received no rows in that minibatch is left alone; one that got rows but whose layer is
+silent throughout scores 0 and is recycled whole, as in the paper's code. Resets act on expert
+hidden layers (every rl_moe network, the dense MLP included) and, with ``gate=True``, on the
+gate's last hidden layer (its embedding, scored over all states; earlier gate layers are not
+checked).
 """
 
 from __future__ import annotations
@@ -20,15 +22,14 @@ import torch
 from torch import Tensor
 
 from rl_moe.algos.hooks import LossContext, Regularizer
+from rl_moe.maths import dormant_scores
 from rl_moe.regularizers.targets import active_roles, check_target
-from rl_moe.regularizers.units import UnitLayer, unit_layers
+from rl_moe.regularizers.units import UnitLayer, UnitStats, unit_layers
 
 
-def dormant_units(mean_abs: Tensor, tau: float) -> Tensor:
-    """(E, H) bool: s_i <= tau with s_i = mean|h_i| / mean_j mean|h_j| per expert (row)."""
-    layer_mean = mean_abs.mean(dim=1, keepdim=True)  # (E, 1)
-    score = mean_abs / layer_mean.clamp_min(1e-12)
-    return (score <= tau) & (layer_mean > 0)
+def dormant_units(stats: UnitStats, tau: float) -> Tensor:
+    """(E, H) bool: s_i <= tau (:func:`rl_moe.maths.dormant_scores`, per expert), False for idle experts."""
+    return (dormant_scores(stats.mean_abs) <= tau) & (stats.rows > 0)[:, None]
 
 
 class ReDo(Regularizer):
@@ -48,8 +49,8 @@ class ReDo(Regularizer):
         self.tau, self.frequency, self.gate = tau, frequency, gate
         self.roles = check_target(target)
         self._steps: dict[str, int] = {}
-        #: Per role due for a check: (layer, mean |h|) pairs of the latest minibatch and the optimizer.
-        self._pending: dict[str, tuple[list[tuple[UnitLayer, Tensor]], list[Any]]] = {}
+        #: Per role due for a check: (layer, statistics) pairs of the latest minibatch and the optimizer.
+        self._pending: dict[str, tuple[list[tuple[UnitLayer, UnitStats]], list[Any]]] = {}
         self.n_reset = 0
 
     def observe(self, ctx: LossContext) -> None:
@@ -57,7 +58,7 @@ class ReDo(Regularizer):
             role = step.role.name
             due = (self._steps.get(role, 0) + 1) % self.frequency == 0
             if due:  # only keep activations when a check follows this step
-                layers = [(units, stats.mean_abs) for net, out in step.pairs() for units, stats in unit_layers(net, out, self.gate)]
+                layers = [pair for net, out in step.pairs() for pair in unit_layers(net, out, self.gate)]
                 self._pending[role] = (layers, [step.role.optimizer] if step.role.optimizer is not None else [])
 
     def after_update(self, algo: Any, phase: str) -> None:
@@ -66,11 +67,11 @@ class ReDo(Regularizer):
             if self._steps[role] % self.frequency == 0:
                 self.n_reset += self.recycle(*self._pending.pop(role, ([], [])))
 
-    def recycle(self, layers: list[tuple[UnitLayer, Tensor]], opts: list[Any]) -> int:
-        """Reset every dormant unit of ``(layer, mean |h| (E, H))`` pairs; returns how many."""
+    def recycle(self, layers: list[tuple[UnitLayer, UnitStats]], opts: list[Any]) -> int:
+        """Reset every dormant unit of ``(layer, statistics)`` pairs; returns how many."""
         count = 0
-        for units, mean_abs in layers:
-            mask = dormant_units(mean_abs, self.tau)  # (E, H)
+        for units, stats in layers:
+            mask = dormant_units(stats, self.tau)  # (E, H)
             for e in torch.nonzero(mask.any(dim=1)).flatten().tolist():
                 idx = torch.nonzero(mask[e]).flatten()
                 units.reinit(e, idx, opts)

@@ -2,7 +2,7 @@
 
 An architecture option, applied once when training starts: every hidden layer of the target is
 reparametrised as W / sigma_max(W) with :class:`StackedSpectralNorm`, the one-step power
-iteration with persistent vectors of torch's ``spectral_norm``, run for every expert of a stacked
+iteration (:func:`rl_moe.maths.power_iteration`) with persistent vectors of torch's ``spectral_norm``, run for every expert of a stacked
 (E, in, out) weight at once (nn.Linear weights are a stack of one). The vectors update in training
 mode; TD3 target copies, kept in eval mode, update them in every forward so their sigma follows
 the Polyak-averaged weights. The trained parameter stays the same tensor
@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
+from rl_moe.maths import SingularPair, power_iteration, top_singular_value
 from rl_moe.algos.hooks import Regularizer
 from rl_moe.policies import policy_roles
 from rl_moe.regularizers.targets import WeightRef, check_target, role_hidden_weights
@@ -53,19 +54,15 @@ class StackedSpectralNorm(nn.Module):
     def _as_stack(self, weight: Tensor) -> Tensor:
         return weight if self.stacked else weight[None]
 
-    @torch.no_grad()
     def _power(self, w: Tensor, steps: int) -> None:
-        for _ in range(steps):
-            self._u = F.normalize(torch.bmm(w, self._v[:, :, None])[..., 0], dim=1, eps=self.eps)
-            self._v = F.normalize(torch.bmm(w.transpose(1, 2), self._u[:, :, None])[..., 0], dim=1, eps=self.eps)
+        self._u, self._v = power_iteration(w, SingularPair(self._u, self._v), steps, self.eps)
 
     def forward(self, weight: Tensor) -> Tensor:
         w = self._as_stack(weight)  # (E, a, b)
         if self.training or self.always_update:
             self._power(w.detach(), self.n_power_iterations)
         # Clones keep the vectors usable in backward after the next in-place update.
-        u, v = self._u.clone(), self._v.clone()
-        sigma = torch.einsum("ei,eio,eo->e", u, w, v)  # (E,)
+        sigma = top_singular_value(w, SingularPair(self._u.clone(), self._v.clone()))  # (E,)
         return weight / (sigma[:, None, None] if self.stacked else sigma[0])
 
 

@@ -1,7 +1,7 @@
 """Spectral regularization (Lewandowski et al. 2025, "Learning continually by spectral regularization", ICLR).
 
 L = lambda * sum_l (sigma_max(W_l)^2 - 1)^2 over hidden layers (stacked experts: per expert).
-sigma_max comes from power iteration with persistent vectors (one step per call, ten on the first
+sigma_max comes from power iteration (:func:`rl_moe.maths.power_iteration`) with persistent vectors (one step per call, ten on the first
 call), and sigma = u^T W v with u, v held constant is differentiable (its gradient is u v^T).
 
 Choices: the target is 1 for every layer and biases are not regularised; the same hidden layers as
@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from rl_moe.maths import SingularPair, power_iteration, top_singular_value
 from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
 from rl_moe.regularizers.targets import check_target, parameter_names, role_hidden_weights
 
@@ -29,11 +30,8 @@ class PowerIteration:
         self.u = torch.zeros(w.shape[0], w.shape[1], dtype=w.dtype, device=w.device)  # (E, out)
         self.steps = 10
 
-    @torch.no_grad()
     def step(self, w: Tensor) -> None:
-        for _ in range(self.steps):
-            self.u = torch.nn.functional.normalize(torch.bmm(w, self.v[:, :, None])[..., 0], dim=1, eps=1e-12)
-            self.v = torch.nn.functional.normalize(torch.bmm(w.transpose(1, 2), self.u[:, :, None])[..., 0], dim=1, eps=1e-12)
+        self.u, self.v = power_iteration(w, SingularPair(self.u, self.v), self.steps)
         self.steps = 1
 
     def state(self) -> dict[str, Any]:
@@ -48,7 +46,7 @@ class PowerIteration:
 
     def sigma(self, w: Tensor) -> Tensor:
         """(E,) differentiable top singular values."""
-        return torch.einsum("eo,eoi,ei->e", self.u, w, self.v)
+        return top_singular_value(w, SingularPair(self.u, self.v))
 
 
 def spectral_loss(w: Tensor, it: PowerIteration) -> Tensor:

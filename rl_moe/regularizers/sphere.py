@@ -26,9 +26,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rl_moe.nn import MoEOutput
 from rl_moe.algos.hooks import GradScale, LossContext, Penalty, Regularizer
-from rl_moe.regularizers.gram import FeatureBlock, GramStats, effective_rank, gram_stats, per_expert_stats
+from rl_moe.maths import effective_rank
+from rl_moe.nn import MoEOutput
+from rl_moe.regularizers.gram import FeatureBlock, GramStats, gram_stats, per_expert_stats
 from rl_moe.regularizers.targets import check_choice, check_target
 
 COEF_MODES: tuple[str, ...] = ("adaptive", "fixed", "loss_ratio")
