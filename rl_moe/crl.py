@@ -41,7 +41,8 @@ if __name__ == "__main__":  # Ctrl-C while the heavy imports below load exits as
 from rl_moe.continual.config import RunConfig  # noqa: E402
 from rl_moe.continual.errors import DivergedError, UsageError  # noqa: E402
 from rl_moe.continual.methods import METHODS  # noqa: E402
-from rl_moe.continual.resolve import ALGO_NAMES, DEVICES, RunRequest, resolve  # noqa: E402
+from rl_moe.continual.learners import LEARNERS, get_learner  # noqa: E402
+from rl_moe.continual.resolve import DEVICES, RunRequest, resolve  # noqa: E402
 from rl_moe.continual.rng import load as load_training_state  # noqa: E402
 from rl_moe.continual.rng import state_path as training_state_path  # noqa: E402
 from rl_moe.continual.results import (  # noqa: E402
@@ -75,7 +76,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m rl_moe.crl", description="Continual RL with MoE policies: train a method through a task suite.")
     p.add_argument("--suite", default=None, help=f"built-in suite ({', '.join(builtin_suites())}) or a suite .json path")
-    p.add_argument("--algo", default=None, help=f"learner: {', '.join(ALGO_NAMES)}")
+    p.add_argument("--algo", default=None, help=f"learner: {', '.join(LEARNERS)}")
     p.add_argument("--method", default=None, help=f"network + regularizers: {', '.join(METHODS)}")
     p.add_argument("--protocol", default=None, help="crl: one agent through the tasks; rl: fresh agent per task")
     p.add_argument("--seed", type=int, default=None, help="run seed (default 0)")
@@ -180,12 +181,12 @@ def _with_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
     """``--set`` on a resume: the stored config with the overrides, validated like a new run's."""
     import dataclasses
 
-    from rl_moe.continual.config import apply_overrides
+    from rl_moe.continual.config import SECTIONS, apply_overrides
     from rl_moe.continual.methods import check_regularizers, get_method
     from rl_moe.continual.resolve import check_sections
 
     regs_used = get_method(cfg.method).regularizers
-    sections = {name: getattr(cfg, name) for name in ("net", "ppo", "td3", "eval", "probe")}
+    sections = {name: getattr(cfg, name) for name in SECTIONS}
     sections, regs = apply_overrides(sections, {k: dict(v) for k, v in cfg.regularizers.items()}, overrides, used=regs_used)
     check_sections(sections)
     check_regularizers(regs_used, {k: regs.get(k, {}) for k in regs_used})
@@ -224,12 +225,13 @@ def prepare(args: argparse.Namespace) -> tuple[RunConfig, Path]:
 
 
 def _rollout_note(cfg: RunConfig) -> str:
-    """PPO trains whole rollouts: say so when the step budget is not a multiple of one."""
+    """Learners that train whole rollouts (PPO): say so when the step budget is not a multiple of one."""
     actual = cfg.effective_steps_per_task
     if actual == cfg.steps_per_task:
         return ""
-    rollout = cfg.ppo.n_envs * cfg.ppo.n_steps
-    return f"note: PPO collects {rollout:,}-step rollouts, so each task runs {actual:,} steps (asked: {cfg.steps_per_task:,})"
+    spec = get_learner(cfg.algo)
+    rollout = spec.rollout(getattr(cfg, spec.name))
+    return f"note: {spec.name.upper()} collects {rollout:,}-step rollouts, so each task runs {actual:,} steps (asked: {cfg.steps_per_task:,})"
 
 
 def _summary(results: dict) -> str:

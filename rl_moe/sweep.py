@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from rl_moe.continual.envs import resolve_vec_env_type
+from rl_moe.continual.learners import LEARNERS
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -51,7 +52,7 @@ class Trial:
 
     :param suite: suite name or suite .json path
     :param method: method name (``rl_moe.continual.methods.METHODS``)
-    :param algo: ``ppo`` or ``td3``
+    :param algo: a key of :data:`~rl_moe.continual.learners.LEARNERS`
     :param protocol: ``crl`` or ``rl``
     :param seed: run seed
     :param run_dir: deterministic run folder (re-running resumes it)
@@ -351,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--suite", nargs="+", required=True, help="suites (built-in names or .json paths)")
     p.add_argument("--method", nargs="+", required=True, help="methods (see python -m rl_moe.crl --list)")
-    p.add_argument("--algo", nargs="+", default=["ppo"], help="learners: ppo td3 (default ppo)")
+    p.add_argument("--algo", nargs="+", default=["ppo"], help=f"learners: {' '.join(LEARNERS)} (default ppo)")
     p.add_argument("--protocol", nargs="+", default=["crl"], help="crl and/or rl (default crl)")
     p.add_argument("--seed", nargs="+", type=int, default=[0], help="seeds (default 0)")
     p.add_argument("--steps-per-task", type=int, default=None, help="passed to every trial")

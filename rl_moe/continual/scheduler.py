@@ -29,6 +29,7 @@ from rl_moe.continual.config import RunConfig
 from rl_moe.continual.envs import EnvFactory, make_vec_env, task_factories
 from rl_moe.continual.errors import DivergedError
 from rl_moe.continual.evaluation import EvalEnvs, EvalResult, PeriodicEval, evaluate, release_memory
+from rl_moe.continual.learners import get_learner
 from rl_moe.continual.probe import default_probe_policy, load_or_collect, make_probe_callback
 from rl_moe.continual.progress import ProgressLine
 from rl_moe.continual.resolve import suite_of
@@ -69,7 +70,7 @@ class ContinualScheduler:
         self.suite = suite_of(cfg)
         self.tasks = [self.suite.tasks[i] for i in range(len(cfg.tasks))]
         self.device = resolve_device(cfg.device)
-        self.algo_cfg: Any = cfg.ppo if cfg.algo == "ppo" else cfg.td3
+        self.algo_cfg: Any = getattr(cfg, get_learner(cfg.algo).name)
         self.results = self._load_results()
         self.model: BaseAlgorithm | None = None
         self.env: VecEnv | None = None
