@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rl_moe.continual.errors import UsageError
-from rl_moe.continual.learners import LEARNERS, get_learner
-from rl_moe.continual.presets import PPOConfig, TD3Config
+from rl_moe.continual.learners import LEARNERS, PPOConfig, TD3Config, get_learner
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,9 @@
 A spec holds everything that differs between PPO and TD3 for the rest of the package: the config
 section and its checks, the policy and learner classes, which side carries the MoE by default,
 how a task starts and how the step budget rounds. Nothing else branches on the algo's name.
+The settings per env family (SPHERE appendix A.4, Table 2) are the families' presets
+(:data:`rl_moe.continual.families.FAMILIES`); every field can be changed from the CLI with
+``--set ppo.n_steps=64`` and the like.
 """
 
 from __future__ import annotations
@@ -14,13 +17,94 @@ from typing import Any
 import numpy as np
 
 from rl_moe.continual.errors import check_choice, check_positive, check_within
-from rl_moe.continual.presets import PPOConfig, TD3Config
 
 #: ``(section, env, regularizers, common kwargs) -> learner``; ``common`` holds seed, device,
 #: verbosity and the policy kwargs.
 Builder = Callable[[Any, Any, list, dict], Any]
 #: ``(model, section, global_step, steps_per_task) -> None``: learner-specific task start.
 TaskStart = Callable[[Any, Any, int, int], None]
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO settings (SPHERE Table 2).
+
+    :param n_envs: parallel envs
+    :param n_steps: rollout steps per env per update
+    :param batch_size: minibatch size
+    :param n_epochs: epochs per update
+    :param gamma: discount
+    :param gae_lambda: GAE lambda
+    :param clip_range: PPO clip
+    :param max_grad_norm: gradient clipping
+    :param ent_coef: entropy coefficient
+    :param vf_coef: value-loss coefficient
+    :param lr_start: learning rate at the start of every task
+    :param lr_end: learning rate reached after ``lr_decay_fraction`` of the task
+    :param lr_decay_fraction: share of the task over which the rate decays linearly (HB: 0.5)
+    :param normalize_obs: wrap envs in SB3 ``VecNormalize`` (HB: Table 2's "VecNormalize")
+    :param normalize_reward: also scale rewards in ``VecNormalize`` (its default; on for HB)
+    :param fast_update: the learner's sync-free update (:mod:`rl_moe.algos.fast`): ``auto`` (on
+        CUDA), ``on`` (also on a CPU) or ``off`` (SB3's loop everywhere); same maths either way
+    """
+
+    n_envs: int = 8
+    n_steps: int = 2048
+    batch_size: int = 256
+    n_epochs: int = 10
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_range: float = 0.2
+    max_grad_norm: float = 0.5
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    lr_start: float = 3e-4
+    lr_end: float = 1e-4
+    lr_decay_fraction: float = 1.0
+    normalize_obs: bool = False
+    normalize_reward: bool = False
+    fast_update: str = "auto"
+
+
+@dataclass(frozen=True)
+class TD3Config:
+    """TD3 settings. The paper's Table 2 covers PPO only; these follow SB3/Fujimoto et al. (2018).
+
+    :param n_envs: parallel envs (1: one gradient step per env step, as in the TD3 paper)
+    :param buffer_size: replay capacity; the buffer is emptied at every task boundary
+    :param learning_starts: random-action warm-up steps at the start of *every* task
+    :param batch_size: minibatch size
+    :param tau: target-network Polyak rate
+    :param gamma: discount
+    :param train_freq: env steps between updates
+    :param gradient_steps: gradient steps per update
+    :param policy_delay: critic updates per actor update
+    :param action_noise_std: std of the Gaussian exploration noise (actions in [-1, 1])
+    :param target_policy_noise: target smoothing noise std
+    :param target_noise_clip: target smoothing noise clip
+    :param lr: Adam learning rate (constant)
+    :param normalize_obs: wrap envs in SB3 ``VecNormalize`` (observations)
+    :param normalize_reward: also scale rewards in ``VecNormalize``
+    :param fast_update: static-shape MoE layers in the learner (:class:`rl_moe.algos.MoETD3`):
+        ``auto`` (on CUDA), ``on`` or ``off``
+    """
+
+    n_envs: int = 1
+    buffer_size: int = 1_000_000
+    learning_starts: int = 10_000
+    batch_size: int = 256
+    tau: float = 0.005
+    gamma: float = 0.99
+    train_freq: int = 1
+    gradient_steps: int = 1
+    policy_delay: int = 2
+    action_noise_std: float = 0.1
+    target_policy_noise: float = 0.2
+    target_noise_clip: float = 0.5
+    lr: float = 1e-3
+    normalize_obs: bool = False
+    normalize_reward: bool = False
+    fast_update: str = "auto"
 
 
 @dataclass
@@ -78,9 +162,9 @@ class AlgoSpec:
 
     def presets(self) -> dict[str, Any]:
         """Preset name -> section: the env families' settings for this learner."""
-        from rl_moe.continual.presets import PPO_PRESETS, TD3_PRESETS
+        from rl_moe.continual.families import learner_presets
 
-        return dict(PPO_PRESETS if self.name == "ppo" else TD3_PRESETS)
+        return learner_presets(self.name)
 
     def steps_per_task(self, section: Any, steps: int) -> int:
         """Env steps a task really runs: ``steps`` rounded up to whole rollouts."""

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from rl_moe.continual.config import OVERRIDE_PRESETS, EvalSettings, NetSettings, ProbeSettings, RunConfig, apply_overrides
-from rl_moe.continual.envs import check_family_available, check_tasks, resolve_vec_env_type
+from rl_moe.continual.envs import resolve_vec_env_type
 from rl_moe.continual.errors import UsageError, check_choice, check_positive
+from rl_moe.continual.families import FAMILIES
 from rl_moe.continual.learners import LEARNERS, check_fast_update, get_learner
 from rl_moe.continual.methods import check_regularizers, get_method
 from rl_moe.continual.suites import Suite, load_suite, suite_from_dict
@@ -60,16 +61,17 @@ def check_sections(sections: dict[str, Any]) -> None:
 
 def _resolve_probe_policy(probe: ProbeSettings, suite: Suite) -> ProbeSettings:
     """``auto`` -> the family's default; ``expert`` must exist for the probe task."""
-    from rl_moe.continual.probe import EXPERT_FAMILIES, PROBE_POLICIES, default_probe_policy, metaworld_expert
+    from rl_moe.continual.probe_states import PROBE_POLICIES, default_probe_policy
 
     policy = check_choice(probe.policy, ("auto", *PROBE_POLICIES), "probe.policy")
     if policy == "auto":
         policy = default_probe_policy(suite.family)
     if policy == "expert":
-        if suite.family not in EXPERT_FAMILIES:
+        make_expert = FAMILIES[suite.family].expert
+        if make_expert is None:
             raise UsageError(f"probe.policy 'expert' needs scripted experts, which family {suite.family!r} lacks; valid choices here: auto, random")
         try:
-            metaworld_expert(suite.probe_task.name)
+            make_expert(suite.probe_task.name)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     return dataclasses.replace(probe, policy=policy)
@@ -162,8 +164,9 @@ def resolve(req: RunRequest) -> RunConfig:
     )
     _check_net(cfg)
     check_regularizers(method.regularizers, {k: cfg.regularizers.get(k, {}) for k in method.regularizers})
-    check_family_available(suite.family)
-    check_tasks(suite)
+    family = FAMILIES[suite.family]
+    family.check_available()
+    family.check_tasks(suite)
     _check_reference(req.reference)
     return cfg
 

@@ -30,7 +30,7 @@ from rl_moe.continual.envs import EnvFactory, make_vec_env, task_factories
 from rl_moe.continual.errors import DivergedError
 from rl_moe.continual.evaluation import EvalEnvs, EvalResult, PeriodicEval, evaluate, release_memory
 from rl_moe.continual.learners import get_learner
-from rl_moe.continual.probe import default_probe_policy, load_or_collect, make_probe_callback
+from rl_moe.continual.probe_states import default_probe_policy, load_or_collect, make_probe_callback
 from rl_moe.continual.progress import ProgressLine
 from rl_moe.continual.resolve import suite_of
 from rl_moe.continual.results import (
