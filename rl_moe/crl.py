@@ -44,14 +44,8 @@ from rl_moe.continual.methods import METHODS  # noqa: E402
 from rl_moe.continual.learners import LEARNERS, get_learner  # noqa: E402
 from rl_moe.continual.resolve import DEVICES, RunRequest, resolve  # noqa: E402
 from rl_moe.continual.rng import load as load_training_state  # noqa: E402
-from rl_moe.continual.rng import state_path as training_state_path  # noqa: E402
-from rl_moe.continual.results import (  # noqa: E402
-    Results,
-    checkpoint_ok,
-    checkpoint_path,
-    load_regularizer_state,
-    regularizer_state_path,
-)
+from rl_moe.continual.results import Results, checkpoint_ok, load_regularizer_state  # noqa: E402
+from rl_moe.continual.rundir import RunDir  # noqa: E402
 from rl_moe.continual.suites import builtin_suites  # noqa: E402
 
 EXIT_USAGE = 2
@@ -109,44 +103,45 @@ def _listing() -> str:
 
 
 def _load_run(run_dir: Path) -> RunConfig:
-    path = run_dir / "config.json"
+    path = RunDir(run_dir).config
     if not path.is_file():
-        raise UsageError(f"cannot resume {str(run_dir)!r}: no config.json there (not a run folder)")
+        raise UsageError(f"cannot resume {str(run_dir)!r}: no {path.name} there (not a run folder)")
     try:
         return RunConfig.from_dict(json.loads(path.read_text()))
     except (json.JSONDecodeError, TypeError, ValueError) as exc:
-        raise UsageError(f"cannot resume {str(run_dir)!r}: bad config.json ({exc})") from None
+        raise UsageError(f"cannot resume {str(run_dir)!r}: bad {path.name} ({exc})") from None
 
 
 def _check_resumable(run_dir: Path, cfg: RunConfig) -> None:
     """A resumed run's results and finished-task checkpoints must be readable."""
-    path = run_dir / "results.json"
+    files = RunDir(run_dir)
+    path = files.results
     if not path.is_file():
         return
     try:
         results = Results.from_dict(json.loads(path.read_text()))
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"cannot resume {str(run_dir)!r}: corrupt results.json ({exc!r}); restore it or start a new run") from None
-    probe = run_dir / "probe_states.pt"
+        raise UsageError(f"cannot resume {str(run_dir)!r}: corrupt {path.name} ({exc!r}); restore it or start a new run") from None
+    probe = files.probe_states
     if probe.is_file():
         import torch
 
         try:
             states = torch.load(probe, map_location="cpu", weights_only=True)
         except Exception as exc:  # torch raises several types for a damaged file
-            raise UsageError(f"cannot resume {str(run_dir)!r}: corrupt probe_states.pt ({type(exc).__name__}); delete it (it is collected again) or start a new run") from None
+            raise UsageError(f"cannot resume {str(run_dir)!r}: corrupt {probe.name} ({type(exc).__name__}); delete it (it is collected again) or start a new run") from None
         if not isinstance(states, torch.Tensor) or states.ndim != 2:
-            raise UsageError(f"cannot resume {str(run_dir)!r}: probe_states.pt is not an (N, obs_dim) tensor; delete it (it is collected again)")
+            raise UsageError(f"cannot resume {str(run_dir)!r}: {probe.name} is not an (N, obs_dim) tensor; delete it (it is collected again)")
     for i in range(min(results.finished_tasks, len(cfg.tasks))):
-        ckpt = checkpoint_path(run_dir, i, cfg.tasks[i])
+        ckpt = files.checkpoint(i, cfg.tasks[i])
         if not checkpoint_ok(ckpt):
             raise UsageError(
                 f"cannot resume {str(run_dir)!r}: checkpoint {str(ckpt)!r} of finished task {i} is missing or corrupt "
                 "(not a readable SB3 .zip); restore it or start a new run"
             )
         try:
-            load_regularizer_state(regularizer_state_path(ckpt))
-            load_training_state(training_state_path(ckpt))
+            load_regularizer_state(RunDir.regularizer_state(ckpt))
+            load_training_state(RunDir.training_state(ckpt))
         except ValueError as exc:
             raise UsageError(f"cannot resume {str(run_dir)!r}: {exc}; restore it or start a new run") from None
 
@@ -161,9 +156,9 @@ def _new_run_dir(cfg: RunConfig, out: str) -> Path:
 
 def _has_finished_task(run_dir: Path) -> bool:
     try:
-        return int(json.loads((run_dir / "results.json").read_text())["finished_tasks"]) > 0
+        return int(json.loads(RunDir(run_dir).results.read_text())["finished_tasks"]) > 0
     except (OSError, ValueError, KeyError, TypeError):
-        return (run_dir / "results.json").is_file()  # unreadable: keep it, resume reports it
+        return RunDir(run_dir).results.is_file()  # unreadable: keep it, resume reports it
 
 
 def _check_flags_match(args: argparse.Namespace, cfg: RunConfig) -> None:
@@ -196,7 +191,7 @@ def _with_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
 def prepare(args: argparse.Namespace) -> tuple[RunConfig, Path]:
     """Resolve the run (all validation) and return its config and folder; writes nothing."""
     resume_dir = args.resume
-    if resume_dir is None and args.run_dir is not None and (Path(args.run_dir) / "config.json").is_file():
+    if resume_dir is None and args.run_dir is not None and RunDir(args.run_dir).config.is_file():
         resume_dir = args.run_dir
         try:
             _load_run(Path(resume_dir))
@@ -256,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE
     resume_cmd = f"python -m rl_moe.crl --resume {run_dir.resolve()}"
-    results_path = run_dir / "results.json"
+    results_path = RunDir(run_dir).results
     if results_path.is_file() and json.loads(results_path.read_text()).get("complete"):
         print(f"run {run_dir} is already complete; nothing to do")
         return 0
@@ -270,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    stored = run_dir / "config.json"
+    stored = RunDir(run_dir).config
     if not stored.is_file() or stored.read_text() != json.dumps(cfg.to_dict(), indent=2) + "\n":
         cfg.save(str(stored))  # new run, restarted partial folder, or --set on a resume
     print(f"run folder: {run_dir}", flush=True)

@@ -16,6 +16,7 @@ from rl_moe.continual.errors import UsageError, check_choice, check_positive
 from rl_moe.continual.families import FAMILIES
 from rl_moe.continual.learners import LEARNERS, check_fast_update, get_learner
 from rl_moe.continual.methods import check_regularizers, get_method
+from rl_moe.continual.rundir import RunDir
 from rl_moe.continual.suites import Suite, load_suite, suite_from_dict
 
 #: The preset of a learner when the suite names none.
@@ -98,13 +99,13 @@ def _check_device(device: str) -> None:
 def _check_reference(path: str | None) -> None:
     if path is None:
         return
-    results = Path(path) / "results.json"
+    results = RunDir(path).results
     if not results.is_file():
-        raise UsageError(f"--reference {path!r} is not a run folder (no results.json)")
+        raise UsageError(f"--reference {path!r} is not a run folder (no {results.name})")
     try:
         json.loads(results.read_text())
     except json.JSONDecodeError:
-        raise UsageError(f"--reference {path!r}: results.json is not valid JSON") from None
+        raise UsageError(f"--reference {path!r}: {results.name} is not valid JSON") from None
 
 
 def resolve(req: RunRequest) -> RunConfig:
