@@ -1,8 +1,7 @@
 """Continual task suites: JSON data files loaded into frozen dataclasses.
 
 The built-in suites (``cw10``, ``cw20``, ``hb5``, ``smoke``) ship inside the package in
-``rl_moe/continual/suites/*.json``; the repository's ``envs/`` folder holds identical copies for
-browsing. A path to any JSON file with the same schema loads a user suite.
+``rl_moe/continual/suites/*.json``. A path to any JSON file with the same schema loads a user suite.
 """
 
 from __future__ import annotations
