@@ -273,3 +273,16 @@ def test_metaworld_factory_leaves_global_numpy_rng_alone() -> None:
     np.random.seed(123)
     EnvFactory(suite.family, suite.tasks[0], suite.episode_length, suite.success_type, seed=5)()
     np.testing.assert_array_equal(np.random.rand(3), expected)
+
+
+def test_registries_cover_every_builtin_suite() -> None:
+    from rl_moe.continual.families import FAMILIES
+    from rl_moe.continual.learners import LEARNERS
+    from rl_moe.continual.resolve import DEFAULT_PRESET
+
+    for name in builtin_suites():
+        suite = load_suite(name)
+        assert suite.family in FAMILIES, name
+        for algo, spec in LEARNERS.items():
+            preset = spec.presets()[suite.presets.get(algo, DEFAULT_PRESET)]
+            assert isinstance(preset, spec.config_cls), (name, algo)
