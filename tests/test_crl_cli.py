@@ -287,7 +287,7 @@ def test_bad_regularizer_kwarg_exits_2(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_unknown_task_in_user_suite_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    data = json.loads((Path(__file__).resolve().parents[1] / "envs" / "cw10.json").read_text())
+    data = json.loads((Path(__file__).resolve().parents[1] / "rl_moe" / "continual" / "suites" / "cw10.json").read_text())
     data["tasks"][1] = {"name": "push-wal-v3"}
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(data))
