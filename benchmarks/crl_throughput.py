@@ -32,7 +32,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.continual.envs import EnvFactory, make_vec_env, task_factories
-from rl_moe.continual.probe import collect_probe_states, make_probe_callback
+from rl_moe.continual.probe_states import collect_probe_states, make_probe_callback
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 
 

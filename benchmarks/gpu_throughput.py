@@ -139,7 +139,7 @@ def part_update(device: str, n_experts: int, minibatches: int, rounds: int, stat
 def part_e2e(device: str, task: str, n_envs: int, n_steps: int, updates: int, vec_env: str) -> None:
     from rl_moe.continual.agents import begin_task, build_model
     from rl_moe.continual.envs import EnvFactory, make_vec_env, task_factories
-    from rl_moe.continual.probe import collect_probe_states, make_probe_callback
+    from rl_moe.continual.probe_states import collect_probe_states, make_probe_callback
     from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 
     overrides = (f"ppo.n_envs={n_envs}", f"ppo.n_steps={n_steps}")

@@ -41,16 +41,11 @@ if __name__ == "__main__":  # Ctrl-C while the heavy imports below load exits as
 from rl_moe.continual.config import RunConfig  # noqa: E402
 from rl_moe.continual.errors import DivergedError, UsageError  # noqa: E402
 from rl_moe.continual.methods import METHODS  # noqa: E402
-from rl_moe.continual.resolve import ALGO_NAMES, DEVICES, RunRequest, resolve  # noqa: E402
+from rl_moe.continual.learners import LEARNERS, get_learner  # noqa: E402
+from rl_moe.continual.resolve import DEVICES, RunRequest, resolve  # noqa: E402
 from rl_moe.continual.rng import load as load_training_state  # noqa: E402
-from rl_moe.continual.rng import state_path as training_state_path  # noqa: E402
-from rl_moe.continual.results import (  # noqa: E402
-    Results,
-    checkpoint_ok,
-    checkpoint_path,
-    load_regularizer_state,
-    regularizer_state_path,
-)
+from rl_moe.continual.results import Results, checkpoint_ok, load_regularizer_state  # noqa: E402
+from rl_moe.continual.rundir import RunDir  # noqa: E402
 from rl_moe.continual.suites import builtin_suites  # noqa: E402
 
 EXIT_USAGE = 2
@@ -75,7 +70,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m rl_moe.crl", description="Continual RL with MoE policies: train a method through a task suite.")
     p.add_argument("--suite", default=None, help=f"built-in suite ({', '.join(builtin_suites())}) or a suite .json path")
-    p.add_argument("--algo", default=None, help=f"learner: {', '.join(ALGO_NAMES)}")
+    p.add_argument("--algo", default=None, help=f"learner: {', '.join(LEARNERS)}")
     p.add_argument("--method", default=None, help=f"network + regularizers: {', '.join(METHODS)}")
     p.add_argument("--protocol", default=None, help="crl: one agent through the tasks; rl: fresh agent per task")
     p.add_argument("--seed", type=int, default=None, help="run seed (default 0)")
@@ -108,44 +103,45 @@ def _listing() -> str:
 
 
 def _load_run(run_dir: Path) -> RunConfig:
-    path = run_dir / "config.json"
+    path = RunDir(run_dir).config
     if not path.is_file():
-        raise UsageError(f"cannot resume {str(run_dir)!r}: no config.json there (not a run folder)")
+        raise UsageError(f"cannot resume {str(run_dir)!r}: no {path.name} there (not a run folder)")
     try:
         return RunConfig.from_dict(json.loads(path.read_text()))
     except (json.JSONDecodeError, TypeError, ValueError) as exc:
-        raise UsageError(f"cannot resume {str(run_dir)!r}: bad config.json ({exc})") from None
+        raise UsageError(f"cannot resume {str(run_dir)!r}: bad {path.name} ({exc})") from None
 
 
 def _check_resumable(run_dir: Path, cfg: RunConfig) -> None:
     """A resumed run's results and finished-task checkpoints must be readable."""
-    path = run_dir / "results.json"
+    files = RunDir(run_dir)
+    path = files.results
     if not path.is_file():
         return
     try:
         results = Results.from_dict(json.loads(path.read_text()))
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"cannot resume {str(run_dir)!r}: corrupt results.json ({exc!r}); restore it or start a new run") from None
-    probe = run_dir / "probe_states.pt"
+        raise UsageError(f"cannot resume {str(run_dir)!r}: corrupt {path.name} ({exc!r}); restore it or start a new run") from None
+    probe = files.probe_states
     if probe.is_file():
         import torch
 
         try:
             states = torch.load(probe, map_location="cpu", weights_only=True)
         except Exception as exc:  # torch raises several types for a damaged file
-            raise UsageError(f"cannot resume {str(run_dir)!r}: corrupt probe_states.pt ({type(exc).__name__}); delete it (it is collected again) or start a new run") from None
+            raise UsageError(f"cannot resume {str(run_dir)!r}: corrupt {probe.name} ({type(exc).__name__}); delete it (it is collected again) or start a new run") from None
         if not isinstance(states, torch.Tensor) or states.ndim != 2:
-            raise UsageError(f"cannot resume {str(run_dir)!r}: probe_states.pt is not an (N, obs_dim) tensor; delete it (it is collected again)")
+            raise UsageError(f"cannot resume {str(run_dir)!r}: {probe.name} is not an (N, obs_dim) tensor; delete it (it is collected again)")
     for i in range(min(results.finished_tasks, len(cfg.tasks))):
-        ckpt = checkpoint_path(run_dir, i, cfg.tasks[i])
+        ckpt = files.checkpoint(i, cfg.tasks[i])
         if not checkpoint_ok(ckpt):
             raise UsageError(
                 f"cannot resume {str(run_dir)!r}: checkpoint {str(ckpt)!r} of finished task {i} is missing or corrupt "
                 "(not a readable SB3 .zip); restore it or start a new run"
             )
         try:
-            load_regularizer_state(regularizer_state_path(ckpt))
-            load_training_state(training_state_path(ckpt))
+            load_regularizer_state(RunDir.regularizer_state(ckpt))
+            load_training_state(RunDir.training_state(ckpt))
         except ValueError as exc:
             raise UsageError(f"cannot resume {str(run_dir)!r}: {exc}; restore it or start a new run") from None
 
@@ -160,9 +156,9 @@ def _new_run_dir(cfg: RunConfig, out: str) -> Path:
 
 def _has_finished_task(run_dir: Path) -> bool:
     try:
-        return int(json.loads((run_dir / "results.json").read_text())["finished_tasks"]) > 0
+        return int(json.loads(RunDir(run_dir).results.read_text())["finished_tasks"]) > 0
     except (OSError, ValueError, KeyError, TypeError):
-        return (run_dir / "results.json").is_file()  # unreadable: keep it, resume reports it
+        return RunDir(run_dir).results.is_file()  # unreadable: keep it, resume reports it
 
 
 def _check_flags_match(args: argparse.Namespace, cfg: RunConfig) -> None:
@@ -180,12 +176,12 @@ def _with_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
     """``--set`` on a resume: the stored config with the overrides, validated like a new run's."""
     import dataclasses
 
-    from rl_moe.continual.config import apply_overrides
+    from rl_moe.continual.config import SECTIONS, apply_overrides
     from rl_moe.continual.methods import check_regularizers, get_method
     from rl_moe.continual.resolve import check_sections
 
     regs_used = get_method(cfg.method).regularizers
-    sections = {name: getattr(cfg, name) for name in ("net", "ppo", "td3", "eval", "probe")}
+    sections = {name: getattr(cfg, name) for name in SECTIONS}
     sections, regs = apply_overrides(sections, {k: dict(v) for k, v in cfg.regularizers.items()}, overrides, used=regs_used)
     check_sections(sections)
     check_regularizers(regs_used, {k: regs.get(k, {}) for k in regs_used})
@@ -195,7 +191,7 @@ def _with_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
 def prepare(args: argparse.Namespace) -> tuple[RunConfig, Path]:
     """Resolve the run (all validation) and return its config and folder; writes nothing."""
     resume_dir = args.resume
-    if resume_dir is None and args.run_dir is not None and (Path(args.run_dir) / "config.json").is_file():
+    if resume_dir is None and args.run_dir is not None and RunDir(args.run_dir).config.is_file():
         resume_dir = args.run_dir
         try:
             _load_run(Path(resume_dir))
@@ -224,12 +220,13 @@ def prepare(args: argparse.Namespace) -> tuple[RunConfig, Path]:
 
 
 def _rollout_note(cfg: RunConfig) -> str:
-    """PPO trains whole rollouts: say so when the step budget is not a multiple of one."""
+    """Learners that train whole rollouts (PPO): say so when the step budget is not a multiple of one."""
     actual = cfg.effective_steps_per_task
     if actual == cfg.steps_per_task:
         return ""
-    rollout = cfg.ppo.n_envs * cfg.ppo.n_steps
-    return f"note: PPO collects {rollout:,}-step rollouts, so each task runs {actual:,} steps (asked: {cfg.steps_per_task:,})"
+    spec = get_learner(cfg.algo)
+    rollout = spec.rollout(getattr(cfg, spec.name))
+    return f"note: {spec.name.upper()} collects {rollout:,}-step rollouts, so each task runs {actual:,} steps (asked: {cfg.steps_per_task:,})"
 
 
 def _summary(results: dict) -> str:
@@ -254,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE
     resume_cmd = f"python -m rl_moe.crl --resume {run_dir.resolve()}"
-    results_path = run_dir / "results.json"
+    results_path = RunDir(run_dir).results
     if results_path.is_file() and json.loads(results_path.read_text()).get("complete"):
         print(f"run {run_dir} is already complete; nothing to do")
         return 0
@@ -268,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    stored = run_dir / "config.json"
+    stored = RunDir(run_dir).config
     if not stored.is_file() or stored.read_text() != json.dumps(cfg.to_dict(), indent=2) + "\n":
         cfg.save(str(stored))  # new run, restarted partial folder, or --set on a resume
     print(f"run folder: {run_dir}", flush=True)

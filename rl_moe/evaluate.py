@@ -66,18 +66,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def output_path(run_dir: Path, router: str, alpha: float) -> Path:
     """``RUN_DIR/reroute-<router>-a<alpha>.json``."""
-    return run_dir / f"reroute-{router}-a{alpha:g}.json"
+    from rl_moe.continual.rundir import RunDir
+
+    return RunDir(run_dir).reroute(router, alpha)
 
 
 def _load(run_dir: Path) -> tuple[Any, dict[str, Any]]:
     from rl_moe.continual.config import RunConfig
+    from rl_moe.continual.rundir import RunDir
 
-    for name in ("config.json", "results.json"):
-        if not (run_dir / name).is_file():
-            raise UsageError(f"{str(run_dir)!r} is not a run folder (no {name})")
+    files = RunDir(run_dir)
+    for path in (files.config, files.results):
+        if not path.is_file():
+            raise UsageError(f"{str(run_dir)!r} is not a run folder (no {path.name})")
     try:
-        cfg = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
-        results = json.loads((run_dir / "results.json").read_text())
+        cfg = RunConfig.from_dict(json.loads(files.config.read_text()))
+        results = json.loads(files.results.read_text())
     except (json.JSONDecodeError, TypeError, ValueError) as exc:
         raise UsageError(f"cannot read run {str(run_dir)!r}: {exc}") from None
     return cfg, results
@@ -127,7 +131,7 @@ def reevaluate(run_dir: Path, cfg: Any, results: dict[str, Any], router: str, al
 
     from rl_moe.continual.agents import build_model
     from rl_moe.continual.evaluation import evaluate
-    from rl_moe.continual.results import checkpoint_path
+    from rl_moe.continual.rundir import RunDir
     from rl_moe.continual.scheduler import ContinualScheduler
 
     sched = ContinualScheduler(cfg, run_dir, progress=False)  # reads only: eval envs, seeds, tasks
@@ -137,7 +141,7 @@ def reevaluate(run_dir: Path, cfg: Any, results: dict[str, Any], router: str, al
     try:
         for i in range(int(results["finished_tasks"])):
             model = build_model(cfg, env, device)
-            model.set_parameters(str(checkpoint_path(run_dir, i, sched.tasks[i].name)), exact_match=True, device=device)
+            model.set_parameters(str(RunDir(run_dir).checkpoint(i, sched.tasks[i].name)), exact_match=True, device=device)
             reroute_actor(model.policy, router, alpha, top_c)
             norm = sched._load_vecnormalize(i)
             for j, cell in enumerate(original[i]):

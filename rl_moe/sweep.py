@@ -33,12 +33,13 @@ from pathlib import Path
 from typing import NoReturn
 
 from rl_moe.continual.envs import resolve_vec_env_type
+from rl_moe.continual.learners import LEARNERS
+from rl_moe.continual.rundir import RunDir
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
 BACKENDS = ("auto", "ray", "sequential")
-LOG_NAME = "sweep.log"
 
 
 class SweepError(ValueError):
@@ -51,7 +52,7 @@ class Trial:
 
     :param suite: suite name or suite .json path
     :param method: method name (``rl_moe.continual.methods.METHODS``)
-    :param algo: ``ppo`` or ``td3``
+    :param algo: a key of :data:`~rl_moe.continual.learners.LEARNERS`
     :param protocol: ``crl`` or ``rl``
     :param seed: run seed
     :param run_dir: deterministic run folder (re-running resumes it)
@@ -153,7 +154,7 @@ def trial_env(cfg: SweepConfig) -> dict[str, str]:
 def is_complete(run_dir: Path) -> bool:
     """The trial's ``results.json`` exists and says ``"complete": true``."""
     try:
-        return bool(json.loads((run_dir / "results.json").read_text()).get("complete"))
+        return bool(json.loads(RunDir(run_dir).results.read_text()).get("complete"))
     except (OSError, json.JSONDecodeError, AttributeError):
         return False
 
@@ -161,7 +162,7 @@ def is_complete(run_dir: Path) -> bool:
 def trained_steps(run_dir: Path) -> int:
     """Env steps of the run's finished tasks (its ``task_segments``); 0 without a readable results.json."""
     try:
-        segments = json.loads((run_dir / "results.json").read_text()).get("task_segments", [])
+        segments = json.loads(RunDir(run_dir).results.read_text()).get("task_segments", [])
         return int(sum(end - start for start, end in segments))
     except (OSError, json.JSONDecodeError, AttributeError, TypeError, ValueError):
         return 0
@@ -170,7 +171,7 @@ def trained_steps(run_dir: Path) -> int:
 def run_subprocess(trial: Trial, command: list[str], env: dict[str, str]) -> Outcome:
     """Run the trial's CLI command, appending its output to ``<run_dir>/sweep.log``."""
     trial.run_dir.mkdir(parents=True, exist_ok=True)
-    log = trial.run_dir / LOG_NAME
+    log = RunDir(trial.run_dir).sweep_log
     start = time.monotonic()
     with log.open("a") as fh:
         fh.write(f"$ {' '.join(command)}\n")
@@ -349,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--suite", nargs="+", required=True, help="suites (built-in names or .json paths)")
     p.add_argument("--method", nargs="+", required=True, help="methods (see python -m rl_moe.crl --list)")
-    p.add_argument("--algo", nargs="+", default=["ppo"], help="learners: ppo td3 (default ppo)")
+    p.add_argument("--algo", nargs="+", default=["ppo"], help=f"learners: {' '.join(LEARNERS)} (default ppo)")
     p.add_argument("--protocol", nargs="+", default=["crl"], help="crl and/or rl (default crl)")
     p.add_argument("--seed", nargs="+", type=int, default=[0], help="seeds (default 0)")
     p.add_argument("--steps-per-task", type=int, default=None, help="passed to every trial")

@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl_moe.continual.agents import TaskLinearSchedule, net_configs_for
+from rl_moe.continual.agents import net_configs_for
 from rl_moe.continual.config import RunConfig
 from rl_moe.continual.errors import UsageError
+from rl_moe.continual.learners import TaskLinearSchedule
 from rl_moe.continual.metrics import compute_cl_metrics, curve_auc, forward_transfer
 from rl_moe.continual.resolve import RunRequest, resolve
 from rl_moe.continual.results import Results, write_json_atomic

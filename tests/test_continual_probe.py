@@ -7,15 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl_moe.continual.envs import EnvFactory, _metaworld_names
-from rl_moe.continual.probe import collect_probe_states, metaworld_expert
+from rl_moe.continual.envs import EnvFactory
+from rl_moe.continual.families import metaworld_expert, metaworld_names
+from rl_moe.continual.probe_states import collect_probe_states
 from rl_moe.continual.resolve import RunRequest, resolve
 from rl_moe.continual.suites import TaskSpec
 from rl_moe.crl import main
 
 
 def test_every_metaworld_task_has_a_scripted_expert() -> None:
-    for task in _metaworld_names():
+    for task in metaworld_names():
         assert callable(metaworld_expert(task).get_action), task
     with pytest.raises(ValueError, match="no scripted policy"):
         metaworld_expert("fly-to-moon-v3")

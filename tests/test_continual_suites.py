@@ -18,6 +18,7 @@ from rl_moe.continual.suites import builtin_suites, load_suite
 from rl_moe.continual.wrappers import InfoSuccess, PermuteObsFlipAction, ReturnSuccess
 
 REPO = Path(__file__).resolve().parents[1]
+SUITES = REPO / "rl_moe" / "continual" / "suites"
 CW10 = ["hammer", "push-wall", "faucet-close", "push-back", "stick-pull", "handle-press-side", "push", "shelf-place", "window-close", "peg-unplug-side"]
 
 
@@ -35,14 +36,8 @@ def test_builtin_suites_and_protocol_facts() -> None:
         assert suite.probe_task.name not in suite.task_names
 
 
-def test_envs_folder_mirrors_packaged_suites() -> None:
-    packaged = REPO / "rl_moe" / "continual" / "suites"
-    for path in packaged.glob("*.json"):
-        assert json.loads((REPO / "envs" / path.name).read_text()) == json.loads(path.read_text()), path.name
-
-
 def test_user_suite_file_and_errors(tmp_path: Path) -> None:
-    data = json.loads((REPO / "envs" / "smoke.json").read_text())
+    data = json.loads((SUITES / "smoke.json").read_text())
     data["name"], data["tasks"] = "mine", data["tasks"][:1]
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(data))
@@ -80,7 +75,7 @@ def _mutations() -> list[tuple[str, object, str]]:
 
 @pytest.mark.parametrize(("what", "mutate", "message"), _mutations(), ids=[m[0] for m in _mutations()])
 def test_broken_user_suites_are_usage_errors(tmp_path: Path, what: str, mutate, message: str) -> None:
-    data = json.loads((REPO / "envs" / "smoke.json").read_text())
+    data = json.loads((SUITES / "smoke.json").read_text())
     mutate(data)
     path = tmp_path / "broken.json"
     path.write_text(json.dumps(data))
@@ -278,3 +273,16 @@ def test_metaworld_factory_leaves_global_numpy_rng_alone() -> None:
     np.random.seed(123)
     EnvFactory(suite.family, suite.tasks[0], suite.episode_length, suite.success_type, seed=5)()
     np.testing.assert_array_equal(np.random.rand(3), expected)
+
+
+def test_registries_cover_every_builtin_suite() -> None:
+    from rl_moe.continual.families import FAMILIES
+    from rl_moe.continual.learners import LEARNERS
+    from rl_moe.continual.resolve import DEFAULT_PRESET
+
+    for name in builtin_suites():
+        suite = load_suite(name)
+        assert suite.family in FAMILIES, name
+        for algo, spec in LEARNERS.items():
+            preset = spec.presets()[suite.presets.get(algo, DEFAULT_PRESET)]
+            assert isinstance(preset, spec.config_cls), (name, algo)

@@ -11,8 +11,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from rl_moe.continual import scheduler as sched_mod
 from rl_moe.continual.resolve import RunRequest, resolve
-from rl_moe.continual.results import load_regularizer_state, regularizer_state_path
-from rl_moe.continual.scheduler import ContinualScheduler, checkpoint_path
+from rl_moe.continual.results import load_regularizer_state
+from rl_moe.continual.rundir import RunDir
+from rl_moe.continual.scheduler import ContinualScheduler
 from rl_moe.crl import main
 
 TINY = ["--preset", "tiny", "--no-progress"]
@@ -107,13 +108,13 @@ def test_crl_carries_parameters_and_optimizer_rl_reinitializes(tmp_path: Path) -
     from stable_baselines3 import PPO
 
     crl, crl_dir = _snapshot_run(tmp_path, "crl")
-    after_task0 = PPO.load(checkpoint_path(crl_dir, 0, "pendulum-0"), device="cpu").policy.state_dict()
+    after_task0 = PPO.load(RunDir(crl_dir).checkpoint(0, "pendulum-0"), device="cpu").policy.state_dict()
     assert not _same(crl.params[0], after_task0)  # task 0 trained
     assert _same(crl.params[1], after_task0)  # task 1 starts from task 0's final parameters
     assert crl.adam_steps[0] == 0 and crl.adam_steps[1] > 0  # Adam moments kept
 
     rl, rl_dir = _snapshot_run(tmp_path, "rl")
-    rl_after_task0 = PPO.load(checkpoint_path(rl_dir, 0, "pendulum-0"), device="cpu").policy.state_dict()
+    rl_after_task0 = PPO.load(RunDir(rl_dir).checkpoint(0, "pendulum-0"), device="cpu").policy.state_dict()
     assert _same(rl.params[1], rl.params[0])  # fresh (same-seed) initialization
     assert not _same(rl.params[1], rl_after_task0)
     assert rl.adam_steps == [0, 0]
@@ -138,11 +139,11 @@ def test_interrupt_then_resume_trains_each_task_once(tmp_path: Path, monkeypatch
     assert f"python -m rl_moe.crl --resume {run}" in err and "Traceback" not in err
     partial = json.loads((run / "results.json").read_text())
     assert partial["finished_tasks"] == 1 and not partial["complete"] and partial["final_success"] == [None] * 3
-    first_ckpt = checkpoint_path(run, 0, "pendulum-0").read_bytes()
+    first_ckpt = RunDir(run).checkpoint(0, "pendulum-0").read_bytes()
 
     assert main(["--resume", str(run), "--no-progress"]) == 0
     assert trained == [0, 1, 1, 2]  # task 0 not retrained, none skipped
-    assert checkpoint_path(run, 0, "pendulum-0").read_bytes() == first_ckpt
+    assert RunDir(run).checkpoint(0, "pendulum-0").read_bytes() == first_ckpt
     res = json.loads((run / "results.json").read_text())
     assert res["complete"] and res["finished_tasks"] == 3 and all(v is not None for v in res["final_success"])
     assert [s[0] for s in res["task_segments"]] == [0, res["task_segments"][0][1], res["task_segments"][1][1]]
@@ -162,7 +163,7 @@ def test_resume_continues_the_regularizers_state(tmp_path: Path, monkeypatch: py
 
     monkeypatch.setattr(sched_mod.ContinualScheduler, "_train_task", stop_at_task_2)
     assert main(argv) == 130
-    saved = load_regularizer_state(regularizer_state_path(checkpoint_path(run, 0, "pendulum-0")))
+    saved = load_regularizer_state(RunDir.regularizer_state(RunDir(run).checkpoint(0, "pendulum-0")))
     assert saved is not None and saved["0:cbp"]["layers"], saved
     ages = [layer["age"] for layer in saved["0:cbp"]["layers"].values()]
     assert all(int(a.max()) > 0 for a in ages)
@@ -286,7 +287,7 @@ def test_bad_regularizer_kwarg_exits_2(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_unknown_task_in_user_suite_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    data = json.loads((Path(__file__).resolve().parents[1] / "envs" / "cw10.json").read_text())
+    data = json.loads((Path(__file__).resolve().parents[1] / "rl_moe" / "continual" / "suites" / "cw10.json").read_text())
     data["tasks"][1] = {"name": "push-wal-v3"}
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(data))
@@ -341,7 +342,7 @@ def test_vecnormalize_statistics_carry_over_in_crl(tmp_path: Path) -> None:
     for protocol in ("crl", "rl"):
         run = tmp_path / protocol
         assert main([*argv, "--protocol", protocol, "--run-dir", str(run)]) == 0
-        stats = [pickle.loads(checkpoint_path(run, i, f"pendulum-{i}").with_suffix(".vecnormalize.pkl").read_bytes()) for i in (0, 1)]
+        stats = [pickle.loads(RunDir.vecnormalize(RunDir(run).checkpoint(i, f"pendulum-{i}")).read_bytes()) for i in (0, 1)]
         counts[protocol] = [s.obs_rms.count for s in stats]
     # Each task adds 128 observations (+ resets); CRL accumulates, RL restarts.
     assert counts["crl"][1] > counts["crl"][0] + 100
@@ -354,7 +355,7 @@ def test_vecnormalize_statistics_carry_over_in_crl(tmp_path: Path) -> None:
     res["success_matrix"][1] = [None, None]
     (run / "results.json").write_text(json.dumps(res))
     assert main(["--resume", str(run), "--no-progress"]) == 0
-    resumed = pickle.loads(checkpoint_path(run, 1, "pendulum-1").with_suffix(".vecnormalize.pkl").read_bytes())
+    resumed = pickle.loads(RunDir.vecnormalize(RunDir(run).checkpoint(1, "pendulum-1")).read_bytes())
     assert resumed.obs_rms.count == pytest.approx(counts["crl"][1])
 
 
@@ -390,7 +391,7 @@ def test_resume_with_corrupt_files_exits_2_and_changes_nothing(tmp_path: Path, c
     results = json.loads((run / "results.json").read_text())
     results.update(finished_tasks=1, complete=False)  # as if interrupted during task 2
     (run / "results.json").write_text(json.dumps(results))
-    ckpt = checkpoint_path(run, 0, "pendulum-0")
+    ckpt = RunDir(run).checkpoint(0, "pendulum-0")
     if damage == "checkpoint_garbage":
         ckpt.write_bytes(b"not a zip")
     elif damage == "checkpoint_truncated":
@@ -398,11 +399,11 @@ def test_resume_with_corrupt_files_exits_2_and_changes_nothing(tmp_path: Path, c
     elif damage == "checkpoint_missing":
         ckpt.unlink()
     elif damage == "regularizer_state":
-        regularizer_state_path(ckpt).write_bytes(b"garbage")
+        RunDir.regularizer_state(ckpt).write_bytes(b"garbage")
     elif damage == "results_matrix_shape":
         (run / "results.json").write_text(json.dumps({**results, "success_matrix": [[0.0]]}))
     elif damage == "training_state":
-        ckpt.with_suffix(".state.pt").write_bytes(b"garbage")
+        RunDir.training_state(ckpt).write_bytes(b"garbage")
     elif damage == "probe_states":
         (run / "probe_states.pt").write_bytes(b"garbage")
     else:

@@ -15,7 +15,7 @@ from stable_baselines3.common.save_util import load_from_zip_file
 
 from rl_moe.algos.guard import NonFiniteError, check_update, first_non_finite
 from rl_moe.continual import scheduler as sched_mod
-from rl_moe.continual.results import checkpoint_path
+from rl_moe.continual.rundir import RunDir
 from rl_moe.crl import main
 
 TINY = ["--suite", "smoke", "--preset", "tiny", "--no-progress", "--tasks", "2", "--steps-per-task", "256"]
@@ -23,7 +23,7 @@ TINY = ["--suite", "smoke", "--preset", "tiny", "--no-progress", "--tasks", "2",
 
 def _state_tensors(run: Path, i: int) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
-    _, params, _ = load_from_zip_file(checkpoint_path(run, i, f"pendulum-{i}"), device="cpu")
+    _, params, _ = load_from_zip_file(RunDir(run).checkpoint(i, f"pendulum-{i}"), device="cpu")
     for part, sd in params.items():
         if part.endswith("optimizer"):
             for pid, st in sd["state"].items():

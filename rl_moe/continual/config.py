@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rl_moe.continual.errors import UsageError
-from rl_moe.continual.presets import PPOConfig, TD3Config
+from rl_moe.continual.learners import LEARNERS, PPOConfig, TD3Config, get_learner
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class RunConfig:
     :param suite: the ``--suite`` argument (name or path)
     :param suite_data: the resolved suite (so a resumed run does not depend on the file)
     :param tasks: task names trained, in order (a prefix of the suite with ``--tasks``)
-    :param algo: ``ppo`` or ``td3``
+    :param algo: a key of :data:`~rl_moe.continual.learners.LEARNERS` (``ppo`` or ``td3``)
     :param method: key of :data:`rl_moe.continual.methods.METHODS`
     :param protocol: ``crl`` (one agent through the tasks) or ``rl`` (fresh init per task)
     :param seed: run seed
@@ -140,11 +140,9 @@ class RunConfig:
 
     @property
     def effective_steps_per_task(self) -> int:
-        """Env steps a task really runs: PPO trains whole rollouts of n_envs * n_steps."""
-        if self.algo != "ppo":
-            return self.steps_per_task
-        rollout = self.ppo.n_envs * self.ppo.n_steps
-        return -(-self.steps_per_task // rollout) * rollout
+        """Env steps a task really runs: the learner's whole rollouts (PPO: n_envs * n_steps)."""
+        spec = get_learner(self.algo)
+        return spec.steps_per_task(getattr(self, spec.name), self.steps_per_task)
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(dataclasses.asdict(self))
@@ -173,7 +171,7 @@ OVERRIDE_PRESETS: dict[str, tuple[str, ...]] = {
 }
 
 #: ``--set`` sections -> dataclass types (``reg`` is handled separately).
-SECTIONS: dict[str, type] = {"net": NetSettings, "ppo": PPOConfig, "td3": TD3Config, "eval": EvalSettings, "probe": ProbeSettings}
+SECTIONS: dict[str, type] = {"net": NetSettings, **{s.name: s.config_cls for s in LEARNERS.values()}, "eval": EvalSettings, "probe": ProbeSettings}
 
 
 def _jsonable(obj: Any) -> Any:

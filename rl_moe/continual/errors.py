@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class UsageError(ValueError):
     """A user mistake (bad name, bad number, bad file): the message names the valid choices."""
@@ -14,3 +16,28 @@ class MissingDependencyError(UsageError):
 class DivergedError(RuntimeError):
     """Training produced a NaN or infinite value (exit code 3): the message names the term, the
     step and the task; the run folder keeps the last finished task and can be resumed."""
+
+
+def check_choice(value: str, valid: tuple[str, ...], what: str) -> str:
+    """``value`` if it is one of ``valid``, else a :class:`UsageError` naming the choices."""
+    if value not in valid:
+        raise UsageError(f"unknown {what} {value!r}; valid choices: {', '.join(valid)}")
+    return value
+
+
+def check_positive(section: str, obj: Any, names: tuple[str, ...], allow_zero: tuple[str, ...] = ()) -> None:
+    """Fields ``names`` of ``obj`` must be > 0 and ``allow_zero`` >= 0."""
+    for name in (*names, *allow_zero):
+        value = getattr(obj, name)
+        low_ok = value >= 0 if name in allow_zero else value > 0
+        if not low_ok:
+            bound = ">= 0" if name in allow_zero else "> 0"
+            raise UsageError(f"{section}.{name} must be {bound}, got {value}")
+
+
+def check_within(section: str, obj: Any, names: tuple[str, ...], low: float, high: float, low_open: bool) -> None:
+    """Fields ``names`` of ``obj`` must lie in (low, high] (``low_open``) or [low, high]."""
+    for name in names:
+        value = getattr(obj, name)
+        if not ((low < value) if low_open else (low <= value)) or value > high:
+            raise UsageError(f"{section}.{name} must be in {'(' if low_open else '['}{low:g}, {high:g}], got {value}")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_moe.continual.metrics import compute_cl_metrics, segment_aucs
+from rl_moe.continual.rundir import RunDir
 
 SCHEMA = 1
 
@@ -169,11 +170,6 @@ def _check_shape(res: Results) -> None:
         raise ValueError("success_matrix holds a value that is neither a number nor null")
 
 
-def checkpoint_path(run_dir: Path, index: int, task: str) -> Path:
-    """``checkpoints/task_<idx:02d>_<task>.zip``: one SB3 checkpoint per finished task."""
-    return run_dir / "checkpoints" / f"task_{index:02d}_{task}.zip"
-
-
 def checkpoint_ok(path: Path) -> bool:
     """An SB3 ``.zip`` whose members are intact (CRC-checked) and hold the policy weights."""
     if not zipfile.is_zipfile(path):
@@ -183,11 +179,6 @@ def checkpoint_ok(path: Path) -> bool:
             return "data" in zf.namelist() and "policy.pth" in zf.namelist() and zf.testzip() is None
     except (zipfile.BadZipFile, OSError, EOFError):
         return False
-
-
-def regularizer_state_path(checkpoint: Path) -> Path:
-    """``task_<idx:02d>_<task>.regularizers.pt`` beside a checkpoint: the regularizers' state."""
-    return checkpoint.with_suffix(".regularizers.pt")
 
 
 def save_regularizer_state(path: Path, state: dict[str, Any]) -> None:
@@ -217,7 +208,7 @@ def load_regularizer_state(path: Path) -> dict[str, Any] | None:
 
 def reference_aucs(run_dir: str | Path, tasks: list[str]) -> list[float] | None:
     """Per-task AUCs of an RL-protocol reference run (same task order), or None if unusable."""
-    data = json.loads((Path(run_dir) / "results.json").read_text())
+    data = json.loads(RunDir(run_dir).results.read_text())
     ref = Results.from_dict(data)
     n = ref.finished_tasks
     if n == 0 or ref.tasks[:n] != tasks[:n]:

@@ -1,7 +1,7 @@
 """Everything beyond the weights that decides how training continues: the random generators and
 SB3's counters, captured at each task boundary so a resumed run continues bit for bit.
 
-Saved as ``task_<idx:02d>_<task>.state.pt`` beside each checkpoint. The scheduler restores it at
+Saved beside each checkpoint (:meth:`rl_moe.continual.rundir.RunDir.training_state`). The scheduler restores it at
 the start of the next task on *both* paths (uninterrupted and resumed), so whatever ran between
 (the end-of-task evaluation, env construction) cannot make the two differ.
 """
@@ -48,11 +48,6 @@ def restore(model: BaseAlgorithm, state: dict[str, Any]) -> None:
     model.action_space.np_random.bit_generator.state = state["action_space"]
     for name, value in state["counters"].items():
         setattr(model, name, int(value))
-
-
-def state_path(checkpoint: Path) -> Path:
-    """``task_<idx:02d>_<task>.state.pt`` beside a checkpoint."""
-    return checkpoint.with_suffix(".state.pt")
 
 
 def load(path: Path) -> dict[str, Any] | None:

@@ -29,15 +29,15 @@ from rl_moe.continual.config import RunConfig
 from rl_moe.continual.envs import EnvFactory, make_vec_env, task_factories
 from rl_moe.continual.errors import DivergedError
 from rl_moe.continual.evaluation import EvalEnvs, EvalResult, PeriodicEval, evaluate, release_memory
-from rl_moe.continual.probe import default_probe_policy, load_or_collect, make_probe_callback
+from rl_moe.continual.learners import get_learner
+from rl_moe.continual.probe_states import default_probe_policy, load_or_collect, make_probe_callback
 from rl_moe.continual.progress import ProgressLine
 from rl_moe.continual.resolve import suite_of
+from rl_moe.continual.rundir import RunDir
 from rl_moe.continual.results import (
     Results,
-    checkpoint_path,
     load_regularizer_state,
     reference_aucs,
-    regularizer_state_path,
     save_regularizer_state,
     write_atomic,
 )
@@ -65,11 +65,12 @@ class ContinualScheduler:
 
     def __init__(self, cfg: RunConfig, run_dir: Path, progress: bool = True, callbacks: list[BaseCallback] | None = None) -> None:
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
+        self.files = RunDir(run_dir)
         self.extra_callbacks = list(callbacks or [])
         self.suite = suite_of(cfg)
         self.tasks = [self.suite.tasks[i] for i in range(len(cfg.tasks))]
         self.device = resolve_device(cfg.device)
-        self.algo_cfg: Any = cfg.ppo if cfg.algo == "ppo" else cfg.td3
+        self.algo_cfg: Any = getattr(cfg, get_learner(cfg.algo).name)
         self.results = self._load_results()
         self.model: BaseAlgorithm | None = None
         self.env: VecEnv | None = None
@@ -82,7 +83,7 @@ class ContinualScheduler:
 
     # ---- setup -----------------------------------------------------------------------------
     def _load_results(self) -> Results:
-        path = self.run_dir / "results.json"
+        path = self.files.results
         if path.is_file():
             import json
 
@@ -128,21 +129,21 @@ class ContinualScheduler:
     def run(self) -> Results:
         """Train the remaining tasks; returns the final :class:`Results` (also on disk)."""
         cfg, res = self.cfg, self.results
-        res.save(self.run_dir / "results.json")
+        res.save(self.files.results)
         probe_factory = EnvFactory(self.suite.family, self.suite.probe_task, self.suite.episode_length, self.suite.success_type, self._seed(_PROBE_SEED, 0))
         probe_states = None
         if cfg.probe.enabled:
             # Configs resolved before probe.policy existed hold "auto": resolve it the same way.
             policy = default_probe_policy(self.suite.family) if cfg.probe.policy == "auto" else cfg.probe.policy
-            probe_states = load_or_collect(self.run_dir / "probe_states.pt", probe_factory, cfg.probe.n_states, cfg.seed, policy, cfg.probe.noise)
+            probe_states = load_or_collect(self.files.probe_states, probe_factory, cfg.probe.n_states, cfg.seed, policy, cfg.probe.noise)
         if cfg.reference is not None:
             res.reference_aucs = reference_aucs(cfg.reference, list(cfg.tasks))
         # A resume hides what the interrupted run logged past the last finished task.
         # The boundary step itself stays with the earlier run (its last update is logged there).
-        fresh = res.finished_tasks == 0 and not any((self.run_dir / "tb").glob("events.*"))
+        fresh = res.finished_tasks == 0 and not any(self.files.tb.glob("events.*"))
         self._resumed_at = None if res.finished_tasks == 0 else res.finished_tasks
         purge = None if fresh else (0 if res.finished_tasks == 0 else res.global_step + 1)
-        self.logger = tensorboard_logger(str(self.run_dir / "tb"), purge)
+        self.logger = tensorboard_logger(str(self.files.tb), purge)
         if res.finished_tasks == 0:
             _log_config_table(self.logger, cfg)
         try:
@@ -193,10 +194,10 @@ class ContinualScheduler:
     def _load_finished(self, i: int) -> None:
         """Load finished task ``i``'s weights, regularizer state and boundary state into the model."""
         assert self.model is not None
-        ckpt = checkpoint_path(self.run_dir, i, self.tasks[i].name)
+        ckpt = self.files.checkpoint(i, self.tasks[i].name)
         self.model.set_parameters(str(ckpt), exact_match=True, device=self.device)
         self._load_regularizers(ckpt)
-        state = rng.load(rng.state_path(ckpt))
+        state = rng.load(RunDir.training_state(ckpt))
         if state is None:
             print(f"note: no training state beside {ckpt.name}; the resumed run continues, but not bit for bit", file=sys.stderr)
         self._boundary_state = state
@@ -270,7 +271,7 @@ class ContinualScheduler:
         merged["success"].append(own.success)
         merged["return"].append(own.mean_return)
         res.evaluated_tasks = i + 1
-        res.save(self.run_dir / "results.json")
+        res.save(self.files.results)
         self._log_task(i, end, own, row, self._task_seconds, eval_seconds)
 
     def _probe_input(self, states: torch.Tensor) -> torch.Tensor:
@@ -300,7 +301,7 @@ class ContinualScheduler:
         res.global_step = end
         res.finished_tasks = i + 1
         res.evaluated_tasks = i
-        res.save(self.run_dir / "results.json")
+        res.save(self.files.results)
 
     def _log_task(self, i: int, end: int, own: EvalResult, row: list[EvalResult | None], train_s: float, eval_s: float) -> None:
         log = self.logger
@@ -323,25 +324,25 @@ class ContinualScheduler:
         for key in keys:
             log.record(key, metrics[key[3:]])
         dump_keys(log, keys, res.global_step)
-        res.save(self.run_dir / "results.json")
+        res.save(self.files.results)
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def _save_checkpoint(self, i: int) -> None:
         assert self.model is not None
-        path = checkpoint_path(self.run_dir, i, self.tasks[i].name)
+        path = self.files.checkpoint(i, self.tasks[i].name)
         path.parent.mkdir(parents=True, exist_ok=True)
         # Every file lands atomically and on disk before results.json names the task finished;
         # the checkpoint .zip last, since resume checks it first. Replay buffers are not part
         # of SB3's .zip; nothing large is written.
         state = getattr(self.model, "regularizer_state", None)
         if callable(state):
-            save_regularizer_state(regularizer_state_path(path), state())
+            save_regularizer_state(RunDir.regularizer_state(path), state())
         if isinstance(self.env, VecNormalize):
             env = self.env
-            write_atomic(path.with_suffix(".vecnormalize.pkl"), lambda tmp: env.save(tmp))
+            write_atomic(RunDir.vecnormalize(path), lambda tmp: env.save(tmp))
         self._boundary_state = rng.capture(self.model)
         boundary = self._boundary_state
-        write_atomic(rng.state_path(path), lambda tmp: torch.save(boundary, tmp))
+        write_atomic(RunDir.training_state(path), lambda tmp: torch.save(boundary, tmp))
         model = self.model
 
         def save_zip(tmp: str) -> None:
@@ -353,7 +354,7 @@ class ContinualScheduler:
     def _load_regularizers(self, checkpoint: Path) -> None:
         """Continue the regularizers where the finished task left them (CBP utilities and ages,
         the C-CHAIN snapshot, ReDo and SPHERE counters); runs without the file start them fresh."""
-        state = load_regularizer_state(regularizer_state_path(checkpoint))
+        state = load_regularizer_state(RunDir.regularizer_state(checkpoint))
         load = getattr(self.model, "load_regularizer_state", None)
         if state is None:
             print(f"note: no regularizer state beside {checkpoint.name}; regularizers restart fresh", file=sys.stderr)
@@ -361,7 +362,7 @@ class ContinualScheduler:
             load(state)
 
     def _load_vecnormalize(self, i: int) -> VecNormalize | None:
-        path = checkpoint_path(self.run_dir, i, self.tasks[i].name).with_suffix(".vecnormalize.pkl")
+        path = RunDir.vecnormalize(self.files.checkpoint(i, self.tasks[i].name))
         if not path.is_file():
             return None
         import pickle

@@ -1,8 +1,7 @@
 """Continual task suites: JSON data files loaded into frozen dataclasses.
 
 The built-in suites (``cw10``, ``cw20``, ``hb5``, ``smoke``) ship inside the package in
-``rl_moe/continual/suites/*.json``; the repository's ``envs/`` folder holds identical copies for
-browsing. A path to any JSON file with the same schema loads a user suite.
+``rl_moe/continual/suites/*.json``. A path to any JSON file with the same schema loads a user suite.
 """
 
 from __future__ import annotations
@@ -15,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from rl_moe.continual.errors import UsageError
+from rl_moe.continual.families import FAMILIES
 
-#: Env families with a factory in :mod:`rl_moe.continual.envs`.
-FAMILIES: tuple[str, ...] = ("metaworld", "humanoidbench", "smoke")
 #: How episode success is decided: ``info`` = ``info["success"]`` at any step (MetaWorld);
 #: ``return`` = episode return >= the task's ``success_bar`` (HumanoidBench, smoke).
 SUCCESS_TYPES: tuple[str, ...] = ("info", "return")
@@ -57,13 +55,13 @@ class Suite:
     """A task sequence with its protocol facts.
 
     :param name: suite name (``cw10``, ...)
-    :param family: env family, one of :data:`FAMILIES`
+    :param family: env family, a key of :data:`~rl_moe.continual.families.FAMILIES`
     :param tasks: the tasks in training order
     :param probe_task: held-out task (outside the sequence) whose states form the probe batch
     :param steps_per_task: env steps per task of the full protocol (CW: 1M, HB: 10M)
     :param episode_length: steps per episode (CW: 200, HB: 1000)
     :param success_type: one of :data:`SUCCESS_TYPES`
-    :param presets: algo -> preset name in :mod:`rl_moe.continual.presets`
+    :param presets: algo -> preset name (an env family whose presets the learner takes)
     :param regularizers: per-suite regularizer kwargs (e.g. SPHERE rho, paper Table 2)
     :param description: one line for ``--help`` and the docs
     :param source: where the suite was loaded from

@@ -2,11 +2,12 @@
 
 The paper probes with states "from rollouts of a pre-trained policy" on a task outside the
 sequence, so that the diagnostics measure plasticity on *new* experience. No trained policy ships
-with the package, so the rollouts come from one of :data:`PROBE_POLICIES`: ``expert``, MetaWorld's
-own scripted policy for the probe task (``metaworld.policies``) with Gaussian action noise, which
-visits the states a competent policy sees; or ``random``, uniform-random actions (the only choice
-for families without scripted experts). Every ``stride``-th state is kept, and the same batch is
-reused at every checkpoint; it is saved as ``probe_states.pt`` (a float32 tensor (N, obs_dim)).
+with the package, so the rollouts come from one of :data:`PROBE_POLICIES`: ``expert``, the env
+family's scripted policy for the probe task (MetaWorld's ``metaworld.policies``) with Gaussian
+action noise, which visits the states a competent policy sees; or ``random``, uniform-random
+actions (the only choice for families without scripted experts). Every ``stride``-th state is
+kept, and the same batch is reused at every checkpoint; it is saved as ``probe_states.pt`` (a
+float32 tensor (N, obs_dim)) through :func:`rl_moe.diagnostics.probe.load_or_create_states`.
 """
 
 from __future__ import annotations
@@ -22,28 +23,10 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 from rl_moe.continual.envs import EnvFactory
+from rl_moe.continual.families import FAMILIES
 
 #: obs -> action
 Actor = Callable[[np.ndarray], np.ndarray]
-#: Families whose tasks have scripted expert policies.
-EXPERT_FAMILIES: tuple[str, ...] = ("metaworld",)
-#: MetaWorld tasks whose scripted policy does not follow the naming rule of :func:`metaworld_expert`.
-_EXPERT_CLASS_NAMES: dict[str, str] = {"peg-insert-side-v3": "SawyerPegInsertionSideV3Policy"}
-
-
-def metaworld_expert(task: str) -> Any:
-    """MetaWorld's scripted policy of ``task`` (``reach-v3`` -> ``SawyerReachV3Policy``).
-
-    :raises ValueError: if metaworld has no scripted policy under that name
-    """
-    import metaworld.policies as policies
-
-    *words, version = task.split("-")
-    name = _EXPERT_CLASS_NAMES.get(task, "Sawyer" + "".join(w.capitalize() for w in words) + version.upper() + "Policy")
-    cls = getattr(policies, name, None)
-    if cls is None:
-        raise ValueError(f"metaworld has no scripted policy {name!r} for probe task {task!r}; use probe.policy=random")
-    return cls()
 
 
 def _random_actor(env: gym.Env, factory: EnvFactory, seed: int, noise: float) -> Actor:
@@ -52,9 +35,11 @@ def _random_actor(env: gym.Env, factory: EnvFactory, seed: int, noise: float) ->
 
 
 def _expert_actor(env: gym.Env, factory: EnvFactory, seed: int, noise: float) -> Actor:
-    if factory.family not in EXPERT_FAMILIES:
-        raise ValueError(f"probe.policy 'expert' needs scripted experts ({', '.join(EXPERT_FAMILIES)}); family {factory.family!r} has none")
-    expert = metaworld_expert(factory.task.name)
+    make_expert = FAMILIES[factory.family].expert
+    if make_expert is None:
+        with_experts = [f.name for f in FAMILIES.values() if f.expert is not None]
+        raise ValueError(f"probe.policy 'expert' needs scripted experts ({', '.join(with_experts)}); family {factory.family!r} has none")
+    expert = make_expert(factory.task.name)
     rng = np.random.default_rng(seed)
     box: Any = env.action_space
     low, high = box.low, box.high
@@ -78,7 +63,7 @@ PROBE_POLICIES: dict[str, Callable[[gym.Env, EnvFactory, int, float], Actor]] = 
 
 def default_probe_policy(family: str) -> str:
     """``expert`` where scripted experts exist, else ``random`` (what ``probe.policy=auto`` means)."""
-    return "expert" if family in EXPERT_FAMILIES else "random"
+    return "random" if FAMILIES[family].expert is None else "expert"
 
 
 def collect_probe_states(
@@ -115,11 +100,9 @@ def collect_probe_states(
 
 def load_or_collect(path: Path, factory: EnvFactory, n_states: int, seed: int, policy: str = "random", noise: float = 0.1) -> torch.Tensor:
     """The run's probe batch: loaded when ``path`` exists (resume), else collected and saved."""
-    if path.is_file():
-        return torch.load(path, map_location="cpu", weights_only=True)
-    states = collect_probe_states(factory, n_states, seed=seed, policy=policy, noise=noise)
-    torch.save(states, path)
-    return states
+    from rl_moe.diagnostics.probe import load_or_create_states
+
+    return load_or_create_states(path, lambda: collect_probe_states(factory, n_states, seed=seed, policy=policy, noise=noise))
 
 
 def make_probe_callback(states: torch.Tensor, every: int, seed: int = 0) -> BaseCallback | None:

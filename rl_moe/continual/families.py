@@ -1,0 +1,193 @@
+"""Env families, one :class:`EnvFamily` each in :data:`FAMILIES`: how a family's tasks are built,
+checked and reseeded, whether it is installed, its scripted experts and its learner presets.
+
+A suite names its family; nothing else in the package branches on a family's name. Adding one
+is an entry here plus a suite file (docs/contributing.md, "Adding an env family").
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+
+from rl_moe.continual.errors import MissingDependencyError, UsageError
+from rl_moe.continual.learners import PPOConfig, TD3Config
+from rl_moe.continual.wrappers import PermuteObsFlipAction
+
+if TYPE_CHECKING:
+    from rl_moe.continual.suites import Suite, TaskSpec
+
+#: A scripted policy: ``get_action(obs) -> action`` (MetaWorld's policy classes have this shape).
+Expert = Any
+
+
+def _reseed_by_reset(env: gym.Env, seed: int) -> None:
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+
+
+def _nothing_to_check(suite: Suite) -> None:
+    return None
+
+
+def _always_available() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class EnvFamily:
+    """One env family.
+
+    :param name: the suite's ``family`` value
+    :param make: ``(task, seed) -> gym.Env``, the raw env (the factory adds time limit, success
+        wrapper and ``Monitor``); must be a module-level function (SubprocVecEnv pickles it)
+    :param reseed: ``(env, seed) -> None``: puts a built env back into the state ``make`` left it
+        in, so evaluation envs are built once per task and reused
+    :param check_tasks: raises :class:`UsageError` for a task of the suite the family cannot build
+        (checked before any run folder exists)
+    :param check_available: raises :class:`MissingDependencyError` with the install command when
+        the family's package is missing
+    :param expert: ``task name -> scripted policy`` for ``probe.policy=expert``, raising
+        ValueError for a task without one; None where the family has no experts
+    :param presets: learner name -> its settings for this family (SPHERE Table 2); suites name
+        them by family in their ``presets`` field
+    """
+
+    name: str
+    make: Callable[[TaskSpec, int], gym.Env]
+    reseed: Callable[[gym.Env, int], None] = _reseed_by_reset
+    check_tasks: Callable[[Suite], None] = _nothing_to_check
+    check_available: Callable[[], None] = _always_available
+    expert: Callable[[str], Expert] | None = None
+    presets: Mapping[str, Any] = field(default_factory=dict)
+
+
+# ---- MetaWorld ---------------------------------------------------------------------------------
+def _make_metaworld(task: TaskSpec, seed: int) -> gym.Env:
+    import metaworld  # noqa: F401  (registers the Meta-World/* ids)
+
+    # MT1 pre-samples 50 goals and ignores reset(seed=); goal_observable with an unfrozen,
+    # seeded rand vec draws a fresh goal at every reset, as Continual World does.
+    env = gym.make("Meta-World/goal_observable", env_name=task.name, seed=seed, disable_env_checker=True)
+    env.unwrapped._freeze_rand_vec = False  # type: ignore[attr-defined]
+    env.unwrapped.seeded_rand_vec = True  # type: ignore[attr-defined]
+    return env
+
+
+def _reseed_metaworld(env: gym.Env, seed: int) -> None:
+    env.unwrapped.seed(seed)  # type: ignore[attr-defined]  (reset(seed=) is ignored)
+
+
+def metaworld_names() -> tuple[str, ...]:
+    """Every MetaWorld v3 task name."""
+    from metaworld.env_dict import ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE
+
+    return tuple(sorted(k.replace("-goal-observable", "") for k in ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE))
+
+
+def _check_metaworld_tasks(suite: Suite) -> None:
+    valid = metaworld_names()
+    for t in (*suite.tasks, suite.probe_task):
+        if t.name not in valid:
+            raise UsageError(f"unknown MetaWorld task {t.name!r} in suite {suite.name!r}; valid choices: {', '.join(valid)}")
+
+
+def _check_metaworld_available() -> None:
+    if importlib.util.find_spec("metaworld") is None:
+        raise MissingDependencyError("MetaWorld is not installed; install it with: pip install 'metaworld==3.1.1' packaging")
+
+
+#: MetaWorld tasks whose scripted policy does not follow the naming rule of :func:`metaworld_expert`.
+_EXPERT_CLASS_NAMES: dict[str, str] = {"peg-insert-side-v3": "SawyerPegInsertionSideV3Policy"}
+
+
+def metaworld_expert(task: str) -> Expert:
+    """MetaWorld's scripted policy of ``task`` (``reach-v3`` -> ``SawyerReachV3Policy``).
+
+    :raises ValueError: if metaworld has no scripted policy under that name
+    """
+    import metaworld.policies as policies
+
+    *words, version = task.split("-")
+    name = _EXPERT_CLASS_NAMES.get(task, "Sawyer" + "".join(w.capitalize() for w in words) + version.upper() + "Policy")
+    cls = getattr(policies, name, None)
+    if cls is None:
+        raise ValueError(f"metaworld has no scripted policy {name!r} for probe task {task!r}; use probe.policy=random")
+    return cls()
+
+
+# ---- HumanoidBench -----------------------------------------------------------------------------
+def _make_humanoidbench(task: TaskSpec, seed: int) -> gym.Env:
+    from rl_moe.continual.humanoidbench import make_h1
+
+    env = make_h1(task.name)
+    env.reset(seed=seed)
+    return env
+
+
+def _check_humanoidbench_available() -> None:
+    from rl_moe.continual.humanoidbench import check_available
+
+    check_available()
+
+
+# ---- smoke: Pendulum with permuted observations and flipped actions ------------------------------
+def _make_smoke(task: TaskSpec, seed: int) -> gym.Env:
+    env = gym.make(str(task.params.get("env_id", "Pendulum-v1")), disable_env_checker=True)
+    env = PermuteObsFlipAction(env, task.params.get("permutation", (0, 1, 2)), float(task.params.get("action_sign", 1.0)))
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    return env
+
+
+def _check_smoke_tasks(suite: Suite) -> None:
+    for t in (*suite.tasks, suite.probe_task):
+        env_id = str(t.params.get("env_id", "Pendulum-v1"))
+        if env_id not in gym.registry:
+            raise UsageError(f"unknown gymnasium env id {env_id!r} for task {t.name!r}; e.g. Pendulum-v1")
+        try:
+            _make_smoke(t, 0).close()
+        except ValueError as exc:
+            raise UsageError(f"bad smoke task {t.name!r}: {exc}") from None
+
+
+#: ``family`` name -> spec. The presets follow SPHERE Table 2 (PPO); TD3 follows SB3 and
+#: Fujimoto et al. (2018).
+FAMILIES: dict[str, EnvFamily] = {
+    "metaworld": EnvFamily(
+        name="metaworld", make=_make_metaworld, reseed=_reseed_metaworld, check_tasks=_check_metaworld_tasks,
+        check_available=_check_metaworld_available, expert=metaworld_expert,
+        presets={"ppo": PPOConfig(), "td3": TD3Config()},
+    ),
+    "humanoidbench": EnvFamily(
+        name="humanoidbench", make=_make_humanoidbench, check_available=_check_humanoidbench_available,
+        presets={
+            "ppo": PPOConfig(n_envs=128, n_steps=16, batch_size=64, lr_decay_fraction=0.5, normalize_obs=True, normalize_reward=True),
+            "td3": TD3Config(normalize_obs=True),
+        },
+    ),
+    "smoke": EnvFamily(
+        name="smoke", make=_make_smoke, check_tasks=_check_smoke_tasks,
+        presets={
+            # Pendulum-sized: 4 x 256 steps per update so a 20k-step task sees ~20 updates.
+            "ppo": PPOConfig(n_envs=4, n_steps=256, batch_size=64, n_epochs=10, gamma=0.98, lr_start=1e-3, lr_end=3e-4),
+            "td3": TD3Config(buffer_size=100_000, learning_starts=1_000, batch_size=128, gamma=0.98),
+        },
+    ),
+}  # fmt: skip
+
+
+def get_family(name: str) -> EnvFamily:
+    """The spec of family ``name``; :class:`UsageError` names the valid choices."""
+    if name not in FAMILIES:
+        raise UsageError(f"unknown env family {name!r}; valid choices: {', '.join(FAMILIES)}")
+    return FAMILIES[name]
+
+
+def learner_presets(algo: str) -> dict[str, Any]:
+    """Preset name (= family) -> settings of learner ``algo``, for the families that define one."""
+    return {f.name: f.presets[algo] for f in FAMILIES.values() if algo in f.presets}

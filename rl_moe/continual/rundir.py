@@ -1,0 +1,81 @@
+"""The run folder's layout: every file name of a run lives in :class:`RunDir`.
+
+::
+
+    <run>/config.json                                the resolved RunConfig
+    <run>/results.json                               results (schema in docs/continual.md)
+    <run>/probe_states.pt                            the held-out probe batch (N, obs_dim)
+    <run>/tb/                                        TensorBoard event files
+    <run>/checkpoints/task_<idx:02d>_<task>.zip      SB3 checkpoint of each finished task
+                      task_<idx:02d>_<task>.regularizers.pt    the regularizers' state
+                      task_<idx:02d>_<task>.state.pt           generators and counters (rng.py)
+                      task_<idx:02d>_<task>.vecnormalize.pkl   VecNormalize statistics, if used
+    <run>/sweep.log                                  output of a trial run by rl_moe.sweep
+    <run>/reroute-<router>-a<alpha>.json             re-evaluations by rl_moe.evaluate
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class RunDir:
+    """A run folder (existing or not) and the paths of its files.
+
+    :param path: the folder
+    """
+
+    CONFIG = "config.json"
+    RESULTS = "results.json"
+    TB = "tb"
+    CHECKPOINTS = "checkpoints"
+    SWEEP_LOG = "sweep.log"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    @property
+    def config(self) -> Path:
+        return self.path / self.CONFIG
+
+    @property
+    def results(self) -> Path:
+        return self.path / self.RESULTS
+
+    @property
+    def tb(self) -> Path:
+        return self.path / self.TB
+
+    @property
+    def probe_states(self) -> Path:
+        """The probe batch, under the name the diagnostics' probe callback uses."""
+        from rl_moe.diagnostics.probe import PROBE_FILE
+
+        return self.path / PROBE_FILE
+
+    @property
+    def sweep_log(self) -> Path:
+        return self.path / self.SWEEP_LOG
+
+    def reroute(self, router: str, alpha: float) -> Path:
+        """``reroute-<router>-a<alpha>.json``: a re-evaluation with a training-free router."""
+        return self.path / f"reroute-{router}-a{alpha:g}.json"
+
+    def checkpoint(self, index: int, task: str) -> Path:
+        """``checkpoints/task_<idx:02d>_<task>.zip``: one SB3 checkpoint per finished task."""
+        return self.path / self.CHECKPOINTS / f"task_{index:02d}_{task}.zip"
+
+    @staticmethod
+    def regularizer_state(checkpoint: Path) -> Path:
+        """``task_<idx:02d>_<task>.regularizers.pt`` beside a checkpoint: the regularizers' state."""
+        return checkpoint.with_suffix(".regularizers.pt")
+
+    @staticmethod
+    def training_state(checkpoint: Path) -> Path:
+        """``task_<idx:02d>_<task>.state.pt`` beside a checkpoint (:mod:`rl_moe.continual.rng`)."""
+        return checkpoint.with_suffix(".state.pt")
+
+    @staticmethod
+    def vecnormalize(checkpoint: Path) -> Path:
+        """``task_<idx:02d>_<task>.vecnormalize.pkl`` beside a checkpoint."""
+        return checkpoint.with_suffix(".vecnormalize.pkl")
