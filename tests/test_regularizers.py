@@ -19,7 +19,6 @@ from rl_moe.regularizers import (
     Orthogonality,
     Parseval,
     ReDo,
-    SpectralNorm,
     SpectralReg,
     loss_context,
     make_regularizer,
@@ -58,7 +57,7 @@ def _step(reg, algo, x: torch.Tensor, losses=None):
 
 
 def test_registry_and_errors() -> None:
-    assert set(REGISTRY) == {"sphere", "parseval", "cbp", "redo", "cchain", "specnorm", "specreg", "load_balance", "ortho", "sdmoe", "dsc"}
+    assert set(REGISTRY) == {"sphere", "parseval", "cbp", "redo", "cchain", "specreg", "load_balance", "ortho", "sdmoe", "dsc"}
     assert isinstance(make_regularizer("parseval", coef=2e-3), Parseval)
     with pytest.raises(ValueError, match="valid choices: sphere, parseval"):
         make_regularizer("l2")
@@ -214,24 +213,6 @@ def test_cbp_replaces_gate_units_and_folds_their_mean_into_the_logit_bias() -> N
     torch.testing.assert_close(policy.actor_net(x).logits, out.logits.detach(), rtol=1e-5, atol=1e-6)
 
 
-def test_spectral_norm_gives_unit_sigma_and_keeps_training() -> None:
-    policy = _policy()
-    reg = SpectralNorm()
-    reg.on_training_start(_algo(policy))
-    assert reg.n_layers == 3  # two expert layers (stacked) + the gate body layer
-    for _ in range(5):
-        policy.actor_net(torch.randn(16, 5))
-    for ref in role_hidden_weights(policy.roles()["actor"]):
-        sigma = torch.linalg.matrix_norm(ref.rows_out().detach(), ord=2)
-        torch.testing.assert_close(sigma, torch.ones_like(sigma), rtol=2e-3, atol=2e-3)
-    original = policy.actor_net.experts.weights.parametrizations["0"].original
-    before = original.detach().clone()
-    policy.optimizer.zero_grad()
-    policy.actor_net(torch.randn(16, 5)).out.sum().backward()
-    policy.optimizer.step()
-    assert not torch.equal(before, original.detach())
-
-
 def test_spectral_reg_matches_exact_sigma() -> None:
     policy = _policy(kind="mlp")
     algo, reg = _algo(policy), SpectralReg(coef=1e-4)
@@ -312,30 +293,3 @@ def test_orthogonality_known_answers() -> None:
     _, (term,) = _step(Orthogonality(), _algo(policy), torch.randn(4, 5))
     torch.testing.assert_close(term.loss, orthogonality_loss(policy.actor_net.experts.weights[0]))
     assert _step(Orthogonality(), _algo(_policy(kind="mlp")), torch.randn(4, 5))[1] == []
-
-
-def test_spectral_norm_on_td3_targets_follows_polyak_updates() -> None:
-    import gymnasium as gym
-
-    from rl_moe.algos import MoETD3
-    from rl_moe.policies import MoETD3Policy
-
-    model = MoETD3(
-        MoETD3Policy, gym.make("Pendulum-v1"), regularizers=[SpectralNorm(target="both")], learning_starts=16,
-        batch_size=16, tau=0.5, policy_kwargs=dict(n_experts=3, top_k=2, hidden=(8, 8), gate_hidden=(8,)), seed=0,
-    )
-    model.learn(64)
-    torch.manual_seed(0)
-    with torch.no_grad():  # a large drift of the target weights, as Polyak averaging would bring
-        for module in (model.policy.actor_target, model.policy.critic_target):
-            for name, p in module.named_parameters():
-                if name.endswith("original"):
-                    p.add_(torch.randn_like(p) * p.std())
-    x = torch.randn(4, 3)
-    for _ in range(20):  # eval-mode forwards: the targets' vectors keep tracking their weights
-        model.policy.actor_target(x)
-        model.policy.critic_target(x, torch.zeros(4, 1))
-    for role in model.policy.roles().values():
-        for ref in role_hidden_weights(role, targets=True):
-            sigma = torch.linalg.matrix_norm(ref.rows_out().detach(), ord=2)
-            torch.testing.assert_close(sigma, torch.ones_like(sigma), rtol=5e-2, atol=5e-2)

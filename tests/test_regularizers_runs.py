@@ -23,7 +23,6 @@ KEYS = {
     "cbp": "train/cbp_units_replaced",
     "redo": "train/redo_units_reset",
     "cchain": "train/loss_cchain",
-    "specnorm": "train/specnorm_layers",
     "specreg": "train/loss_specreg",
     "load_balance": "train/loss_load_balance",
     "ortho": "train/loss_ortho",
@@ -75,8 +74,8 @@ def test_td3_run(name: str, env_name: str) -> None:
         learning_starts=32, batch_size=32, policy_kwargs=dict(ARCH, moe=KINDS.get(name, "topk")), seed=0,
     )
     model.learn(96)
-    # Per-role terms are suffixed; resets and the architecture option log one counter.
-    suffix = "" if name in ("cbp", "redo", "specnorm", "sdmoe") else "_critic"
+    # Per-role terms are suffixed; resets log one counter.
+    suffix = "" if name in ("cbp", "redo", "sdmoe") else "_critic"
     _check(model, name, suffix)
     if suffix:
         _check(model, name, "_actor")

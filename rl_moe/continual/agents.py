@@ -21,28 +21,17 @@ class NetPair(NamedTuple):
     critic: NetConfig
 
 
-def _side(cfg: RunConfig, is_method_net: bool, in_dim: int, out_dim: int) -> NetConfig:
+def _side(cfg: RunConfig, role: str, is_method_net: bool, in_dim: int, out_dim: int) -> NetConfig:
     method = get_method(cfg.method)
     net = cfg.net
-    kind = method.kind if is_method_net else "mlp"
-    width = 1.0
+    width = net.width_multiplier if is_method_net else 1.0
     if is_method_net and method.param_ratio is not None:
         width = width_multiplier_for_params(in_dim, out_dim, net.hidden, method.param_ratio)
-    return NetConfig(
-        kind=kind,
-        n_experts=net.n_experts,
-        top_k=net.top_k,
-        hidden=net.hidden,
-        activation=net.activation,
-        layer_norm=method.layer_norm and is_method_net,
-        temperature=net.temperature,
-        gate_hidden=net.gate_hidden,
+    return net.network(
+        kind=method.kind if is_method_net else "mlp",
+        layer_norm=is_method_net and (method.layer_norm or net.layer_norm),
         width_multiplier=width,
-        sd_rank_fraction=net.sd_rank_fraction,
-        dsc_atoms=net.dsc_atoms,
-        dsc_top_k=net.dsc_top_k,
-        ssmoe_alpha=net.ssmoe_alpha,
-        ssmoe_top_c=net.ssmoe_top_c,
+        spectral_norm=net.spectral_norm or role in method.spectral_norm,
     )
 
 
@@ -55,7 +44,7 @@ def net_configs_for(cfg: RunConfig, obs_dim: int, act_dim: int) -> NetPair:
     spec = get_learner(cfg.algo)
     critic_moe = cfg.net.critic_moe if cfg.net.critic_moe is not None else spec.critic_moe
     critic_in = spec.critic_input(obs_dim, act_dim)
-    return NetPair(_side(cfg, cfg.net.actor_moe, obs_dim, act_dim), _side(cfg, critic_moe, critic_in, 1))
+    return NetPair(_side(cfg, "actor", cfg.net.actor_moe, obs_dim, act_dim), _side(cfg, "critic", critic_moe, critic_in, 1))
 
 
 def build_model(cfg: RunConfig, env: VecEnv, device: str) -> BaseAlgorithm:

@@ -17,41 +17,36 @@ from typing import Any
 
 from rl_moe.continual.errors import UsageError
 from rl_moe.continual.learners import LEARNERS, PPOConfig, TD3Config, get_learner
+from rl_moe.nn import NetConfig
 
 
 @dataclass(frozen=True)
-class NetSettings:
-    """Architecture shared by the MoE side(s) (SPHERE Table 2); the method picks kind/LN/width.
+class NetSettings(NetConfig):
+    """The run's networks: a :class:`~rl_moe.nn.NetConfig` (its fields and defaults; SPHERE Table 2)
+    plus which side carries the method's network.
 
-    :param hidden: expert hidden widths (paper: 3 x 256)
-    :param n_experts: experts E
-    :param top_k: active experts K (<= E)
-    :param activation: ``relu`` or ``tanh``
-    :param temperature: gate softmax temperature
-    :param gate_hidden: gate MLP hidden widths
+    The method picks ``kind``, and adds LayerNorm, width and spectral normalization where it has
+    them (:class:`~rl_moe.continual.methods.Method`). ``layer_norm`` and ``width_multiplier`` apply
+    to the method's network; ``spectral_norm`` normalises every network of the run. Fields are
+    checked together once all ``--set`` overrides are in, when the actor and critic configs are
+    built (:func:`rl_moe.continual.agents.net_configs_for`).
+
     :param actor_moe: the actor is the method's network (else dense)
     :param critic_moe: the critic is the method's network; None = algo default (PPO dense
         critic as in the paper; TD3 MoE critics as in its Table 22)
-    :param sd_rank_fraction: ``sdmoe``: shared rank k / min(in, out) (paper: 1%, at least 1)
-    :param dsc_atoms: ``dsc``: basis-bank size M; 0 matches the Top-K active parameter count
-    :param dsc_top_k: ``dsc``: atoms per state K
-    :param ssmoe_alpha: ``ssmoe``: eigenvector-router weight alpha (paper: 0.5-0.9)
-    :param ssmoe_top_c: ``ssmoe``: eigenvectors per expert embedding
     """
 
-    hidden: tuple[int, ...] = (256, 256, 256)
-    n_experts: int = 10
-    top_k: int = 2
-    activation: str = "relu"
-    temperature: float = 1.0
-    gate_hidden: tuple[int, ...] = (256,)
     actor_moe: bool = True
     critic_moe: bool | None = None
-    sd_rank_fraction: float = 0.01
-    dsc_atoms: int = 0
-    dsc_top_k: int = 4
-    ssmoe_alpha: float = 0.7
-    ssmoe_top_c: int = 2
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+        object.__setattr__(self, "gate_hidden", tuple(int(h) for h in self.gate_hidden))
+
+    def network(self, **choices: Any) -> NetConfig:
+        """The :class:`NetConfig` of one side: these fields with ``choices`` replacing some."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(NetConfig)}
+        return NetConfig(**{**fields, **choices})
 
 
 @dataclass(frozen=True)

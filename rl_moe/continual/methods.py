@@ -1,7 +1,8 @@
 """Methods compared in the SPHERE paper (§5.1): a network variant plus a list of regularizers.
 
 ``--method`` picks one entry of :data:`METHODS`. MoE kinds are the bare networks; the plasticity
-baselines and SPHERE sit on the Top-K MoE actor, as in the paper.
+baselines and SPHERE sit on the Top-K MoE actor, as in the paper. Architecture baselines (LayerNorm,
+spectral normalization, a wider dense net) are network options, not regularizers.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ class Method:
     :param layer_norm: LayerNorm after every hidden layer (the LN baseline)
     :param param_ratio: dense width chosen for ``param_ratio`` x the dense actor's parameters
         (``dense10x`` = PPO(10x)); None keeps the width
+    :param spectral_norm: roles (``actor``, ``critic``) whose networks get spectral normalization
+        (:attr:`rl_moe.nn.NetConfig.spectral_norm`)
     :param regularizers: names in :data:`rl_moe.regularizers.REGISTRY`
     :param description: one line for ``--help`` and the docs
     """
@@ -30,6 +33,7 @@ class Method:
     kind: str = "topk"
     layer_norm: bool = False
     param_ratio: float | None = None
+    spectral_norm: tuple[str, ...] = ()
     regularizers: tuple[str, ...] = ()
     description: str = ""
 
@@ -58,7 +62,7 @@ METHODS: dict[str, Method] = {
         _reg("redo", "ReDo dormant-neuron resets (Sokar et al., 2023)"),
         _reg("parseval", "parseval weight regularization (Chung et al., 2024)"),
         _reg("cchain", "C-CHAIN churn reduction (Tang et al., 2025)"),
-        _reg("specnorm", "spectral normalization"),
+        Method("specnorm", "topk", spectral_norm=("actor",), description="Top-K MoE actor with spectrally normalised hidden layers (Miyato et al., 2018)"),
         _reg("specreg", "spectral regularization (Lewandowski et al., 2024)"),
         _reg("load_balance", "load-balancing auxiliary loss"),
         _reg("ortho", "expert orthogonality penalty"),

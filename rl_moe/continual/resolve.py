@@ -81,6 +81,9 @@ def _resolve_probe_policy(probe: ProbeSettings, suite: Suite) -> ProbeSettings:
 def _check_net(cfg: RunConfig) -> None:
     from rl_moe.continual.agents import net_configs_for
 
+    kind = get_method(cfg.method).kind
+    if cfg.net.kind != kind:
+        raise UsageError(f"--set net.kind={cfg.net.kind}: the network kind is the method's ({kind!r}); pick it with --method")
     try:
         net_configs_for(cfg, obs_dim=4, act_dim=2)  # dims do not affect validity
     except ValueError as exc:
@@ -131,7 +134,7 @@ def resolve(req: RunRequest) -> RunConfig:
     preset = suite.presets.get(algo, DEFAULT_PRESET)
     if preset not in presets:
         raise UsageError(f"suite {suite.name!r} names unknown {algo} preset {preset!r}; valid choices: {', '.join(presets)}")
-    sections: dict[str, Any] = {"net": NetSettings(), "eval": EvalSettings(), "probe": ProbeSettings()}
+    sections: dict[str, Any] = {"net": NetSettings(kind=method.kind), "eval": EvalSettings(), "probe": ProbeSettings()}
     for other in LEARNERS.values():  # every learner's section is stored; the run's is used
         choices = other.presets()
         sections[other.name] = choices.get(suite.presets.get(other.name, DEFAULT_PRESET), choices[DEFAULT_PRESET])

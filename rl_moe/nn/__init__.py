@@ -19,6 +19,7 @@ from rl_moe.nn.moe import (
 from rl_moe.nn.companions import EVRerouted
 from rl_moe.nn.dsc import DSCNet
 from rl_moe.nn.sdmoe import SpectralExperts
+from rl_moe.nn.specnorm import StackedSpectralNorm, WeightRef, apply_spectral_norm, hidden_weights, spectral_normalize, track_in_eval
 from rl_moe.nn.routing import ROUTERS, Dispatch, Routing, make_dispatch, static_dispatch
 from rl_moe.nn.static import static_shapes, static_shapes_enabled
 
@@ -43,12 +44,18 @@ __all__ = [
     "SoftMoE",
     "SpectralExperts",
     "StackedExperts",
+    "StackedSpectralNorm",
+    "WeightRef",
+    "apply_spectral_norm",
     "build_network",
+    "hidden_weights",
     "load_balance_loss",
     "make_dispatch",
     "segment_matmul",
+    "spectral_normalize",
     "static_dispatch",
     "static_shapes",
     "static_shapes_enabled",
+    "track_in_eval",
     "width_multiplier_for_params",
 ]

@@ -36,6 +36,8 @@ class NetConfig:
     :param ssmoe_alpha: ``ssmoe`` weight of the eigenvector router in P = alpha P_EV + (1 - alpha)
         P_R (SSMoE Eq. 5; 0 = the learned Top-K gate, 1 = eigenvectors only).
     :param ssmoe_top_c: ``ssmoe`` eigenvectors averaged into each expert's embedding (top-c).
+    :param spectral_norm: every hidden layer is W / sigma_max(W) (Miyato et al. 2018): expert layers
+        but the heads, and the gate body (:mod:`rl_moe.nn.specnorm`).
     """
 
     kind: str = "topk"
@@ -56,6 +58,7 @@ class NetConfig:
     dsc_scale: float = 0.1
     ssmoe_alpha: float = 0.7
     ssmoe_top_c: int = 2
+    spectral_norm: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from rl_moe.nn.config import NetConfig
 from rl_moe.nn.experts import ACTIVATION_FNS, ACTIVATION_GAINS, ExpertPass, StackedExperts
 from rl_moe.nn.routing import ROUTERS, Dispatch, Routing, full_dispatch, make_dispatch, static_dispatch
+from rl_moe.nn.specnorm import spectral_normalize
 from rl_moe.nn.static import static_shapes_enabled
 
 
@@ -305,8 +306,12 @@ def build_network(in_dim: int, out_dim: int, cfg: NetConfig | None = None, out_g
 
     :param in_dim: input width (obs dim, or obs+action for a TD3 critic)
     :param out_dim: output width (action dim, or 1)
-    :param cfg: architecture; ``overrides`` replace its fields (e.g. ``kind="mlp"``)
+    :param cfg: architecture; ``overrides`` replace its fields (e.g. ``kind="mlp"``); with
+        ``spectral_norm`` the hidden layers are parametrized after their initialisation
     :param out_gain: orthogonal init gain of the output heads
     """
     cfg = NetConfig(**{**(cfg.to_dict() if cfg else {}), **overrides})
-    return NETWORKS[cfg.kind](in_dim, out_dim, cfg, out_gain)
+    net = NETWORKS[cfg.kind](in_dim, out_dim, cfg, out_gain)
+    if cfg.spectral_norm:
+        spectral_normalize(net)
+    return net

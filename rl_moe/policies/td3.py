@@ -13,7 +13,7 @@ from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from stable_baselines3.td3.policies import TD3Policy
 from torch import Tensor, nn
 
-from rl_moe.nn import MoEOutput, NetConfig, build_network
+from rl_moe.nn import MoEOutput, NetConfig, build_network, track_in_eval
 from rl_moe.policies.networks import fused_optimizer_kwargs, pop_net_configs
 from rl_moe.policies.roles import Role
 
@@ -132,6 +132,10 @@ class MoETD3Policy(TD3Policy):
     def _build(self, lr_schedule: Schedule) -> None:
         self.optimizer_kwargs = fused_optimizer_kwargs(self.optimizer_class, self.optimizer_kwargs)
         super()._build(lr_schedule)
+        # The targets stay in eval mode while Polyak averaging moves their weights: their spectral
+        # norms (NetConfig.spectral_norm) keep their power iteration running.
+        track_in_eval(self.actor_target)
+        track_in_eval(self.critic_target)
 
     def make_actor(self, features_extractor: BaseFeaturesExtractor | None = None) -> MoETD3Actor:
         kwargs = self._update_features_extractor(self.actor_kwargs, features_extractor)

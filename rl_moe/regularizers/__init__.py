@@ -28,7 +28,6 @@ from rl_moe.regularizers.ortho import Orthogonality
 from rl_moe.regularizers.parseval import Parseval
 from rl_moe.regularizers.redo import ReDo
 from rl_moe.regularizers.sdmoe import SDRefresh
-from rl_moe.regularizers.specnorm import SpectralNorm, StackedSpectralNorm, apply_spectral_norm
 from rl_moe.regularizers.specreg import SpectralReg
 from rl_moe.regularizers.sphere import SPHERE_PRESETS, Sphere, SphereConfig, sphere_config
 
@@ -40,7 +39,6 @@ REGISTRY: dict[str, type[Regularizer]] = {
     "cbp": ContinualBackprop,
     "redo": ReDo,
     "cchain": CChain,
-    "specnorm": SpectralNorm,
     "specreg": SpectralReg,
     "load_balance": LoadBalance,
     "ortho": Orthogonality,
@@ -84,12 +82,9 @@ __all__ = [
     "RoleStep",
     "SDRefresh",
     "Regularizer",
-    "SpectralNorm",
     "SpectralReg",
     "Sphere",
     "SphereConfig",
-    "StackedSpectralNorm",
-    "apply_spectral_norm",
     "grad_norm",
     "grad_ratio_coef",
     "GradScale",
