@@ -20,7 +20,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 
 def _quit_during_startup(signum: int, frame: object) -> None:
@@ -38,6 +37,7 @@ def _interrupt_once(signum: int, frame: object) -> None:
 if __name__ == "__main__":  # Ctrl-C while the heavy imports below load exits as cleanly as later
     signal.signal(signal.SIGINT, _quit_during_startup)
 
+from rl_moe.cli import EXIT_USAGE, UsageParser  # noqa: E402
 from rl_moe.continual.config import RunConfig  # noqa: E402
 from rl_moe.continual.errors import DivergedError, UsageError  # noqa: E402
 from rl_moe.continual.methods import METHODS  # noqa: E402
@@ -48,7 +48,6 @@ from rl_moe.continual.results import Results, checkpoint_ok, load_regularizer_st
 from rl_moe.continual.rundir import RunDir  # noqa: E402
 from rl_moe.continual.suites import builtin_suites  # noqa: E402
 
-EXIT_USAGE = 2
 EXIT_DIVERGED = 3
 EXIT_INTERRUPTED = 130
 #: Flags that define a run: on ``--resume`` the stored values hold, and a differing flag is refused.
@@ -59,16 +58,8 @@ _RUN_FLAGS: dict[str, str] = {
 _DEFAULTS: dict[str, object] = {"suite": "cw10", "algo": "ppo", "method": "sphere", "protocol": "crl", "seed": 0, "device": "auto"}
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (exit code 2) instead of the usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
-        raise SystemExit(EXIT_USAGE)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m rl_moe.crl", description="Continual RL with MoE policies: train a method through a task suite.")
+    p = UsageParser(prog="python -m rl_moe.crl", description="Continual RL with MoE policies: train a method through a task suite.")
     p.add_argument("--suite", default=None, help=f"built-in suite ({', '.join(builtin_suites())}) or a suite .json path")
     p.add_argument("--algo", default=None, help=f"learner: {', '.join(LEARNERS)}")
     p.add_argument("--method", default=None, help=f"network + regularizers: {', '.join(METHODS)}")

@@ -19,13 +19,13 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from torch import nn
 
+from rl_moe.cli import EXIT_USAGE, UsageParser
 from rl_moe.continual.errors import UsageError
 
-EXIT_USAGE = 2
 #: Actor network kinds whose Top-K router the EV router can stand in for.
 REROUTABLE_KINDS: tuple[str, ...] = ("topk", "sdmoe", "ssmoe")
 #: Where each policy keeps its actor network: (owner attribute path, attribute).
@@ -46,14 +46,8 @@ def _own(net: nn.Module, alpha: float, top_c: int) -> nn.Module:
 ROUTERS: dict[str, Callable[[nn.Module, float, int], nn.Module]] = {"ssmoe": _ssmoe, "own": _own}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
-        raise SystemExit(EXIT_USAGE)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m rl_moe.evaluate", description="Re-evaluate a run's task checkpoints with another router (training-free).")
+    p = UsageParser(prog="python -m rl_moe.evaluate", description="Re-evaluate a run's task checkpoints with another router (training-free).")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by python -m rl_moe.crl")
     p.add_argument("--router", default="ssmoe", help=f"router to evaluate with: {', '.join(ROUTERS)}")
     p.add_argument("--alpha", type=float, default=0.7, help="EV-router weight alpha in [0, 1] (SSMoE; default 0.7)")

@@ -30,13 +30,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from itertools import product
 from pathlib import Path
-from typing import NoReturn
 
+from rl_moe.cli import EXIT_USAGE, UsageParser
 from rl_moe.continual.envs import resolve_vec_env_type
 from rl_moe.continual.learners import LEARNERS
 from rl_moe.continual.rundir import RunDir
 
-EXIT_USAGE = 2
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
 BACKENDS = ("auto", "ray", "sequential")
@@ -335,15 +334,9 @@ def write_manifest(cfg: SweepConfig, outcomes: Sequence[Outcome], throughput: Th
     return path
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
-        raise SystemExit(EXIT_USAGE)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """Sweep arguments; everything after ``--`` goes to every ``rl_moe.crl`` run unchanged."""
-    p = _Parser(
+    p = UsageParser(
         prog="python -m rl_moe.sweep",
         description="Run a grid of rl_moe.crl trials (suites x methods x algos x protocols x seeds). "
         "Arguments after -- are passed to every trial.",

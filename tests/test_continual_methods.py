@@ -45,3 +45,18 @@ def test_td3_sphere_regularizes_critic() -> None:
     assert model.replay_buffer.size() == 160
     begin_task(model, cfg, 1, 160)  # new task: buffer emptied, warm-up restarts at the global step
     assert model.replay_buffer.size() == 0 and model.learning_starts == 160 + cfg.td3.learning_starts
+
+
+def test_unlisted_routers_and_regularizers_get_default_methods() -> None:
+    from rl_moe.continual.methods import Method, _defaults
+    from rl_moe.nn.routing import ROUTERS
+    from rl_moe.regularizers import REGISTRY
+
+    derived = _defaults({})
+    assert set(derived) == set(ROUTERS) | set(REGISTRY)
+    assert derived["expert_choice"].kind == "expert_choice" and derived["expert_choice"].regularizers == ()
+    assert derived["redo"].kind == "topk" and derived["redo"].regularizers == ("redo",)
+    assert derived["redo"].description.startswith("Top-K MoE + dormant-neuron recycling")
+    named = {"ec": Method("ec", "expert_choice"), "redo": Method("redo", "dense_moe", regularizers=("redo",))}
+    assert "expert_choice" not in _defaults(named) and "redo" not in _defaults(named)
+    assert set(_defaults(METHODS)) == set()

@@ -51,6 +51,31 @@ def test_condition_number_and_small_gram() -> None:
     assert torch.allclose(ev_small, ev_big, atol=1e-10)
 
 
+def test_stable_rank_known_answers() -> None:
+    from rl_moe.diagnostics.linalg import stable_rank
+
+    diag = torch.diag(torch.tensor([3.0, 1.0, 1.0, 0.0]))  # ||W||_F^2 = 11, ||W||_2^2 = 9
+    assert float(stable_rank(diag)) == pytest.approx(11 / 9)
+    batch = torch.stack([torch.eye(4), torch.outer(torch.arange(1.0, 5.0), torch.ones(4)), torch.zeros(4, 4)])
+    torch.testing.assert_close(stable_rank(batch), torch.tensor([4.0, 1.0, 0.0], dtype=torch.float64))
+
+
+def test_spectral_group_logs_each_experts_last_hidden_stable_rank() -> None:
+    from rl_moe.diagnostics.groups import spectral_group
+    from rl_moe.diagnostics.views import NetView
+
+    torch.manual_seed(0)
+    net = build_network(5, 2, kind="topk", n_experts=3, hidden=(8, 6), gate_hidden=(4,))
+    with torch.no_grad():  # last hidden layers (E, 8, 6); expert 2 keeps its orthogonal init
+        net.experts.weights[1][0] = torch.zeros(8, 6)
+        net.experts.weights[1][0, :3, :3] = torch.diag(torch.tensor([3.0, 1.0, 1.0]))
+        net.experts.weights[1][1] = torch.outer(torch.ones(8), torch.arange(6.0))  # rank one
+    out = spectral_group(NetView(net, lambda x: x, True), torch.randn(16, 5))
+    # 11/9 as above, 1 for rank one, 6 for an orthogonal 8x6 matrix (all singular values equal)
+    assert out["spectral/expert_stable_rank"] == pytest.approx((11 / 9 + 1 + 6) / 3)
+    assert out["spectral/expert_stable_rank_min"] == pytest.approx(1.0)
+
+
 def test_feature_metrics_match_feature_space_gram() -> None:
     torch.manual_seed(0)
     net = build_network(5, 2, kind="topk", n_experts=4, top_k=2, hidden=(8, 8), gate_hidden=(8,)).double()

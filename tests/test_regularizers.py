@@ -125,6 +125,7 @@ def test_cbp_replaces_expected_number_of_low_utility_units() -> None:
 
 
 def test_redo_resets_exactly_dormant_units_and_their_adam_state() -> None:
+    torch.manual_seed(0)
     policy = _policy(kind="dense_moe")
     _kill_units(policy, 1, [0, 3, 4])
     algo = _algo(policy)

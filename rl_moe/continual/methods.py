@@ -2,7 +2,8 @@
 
 ``--method`` picks one entry of :data:`METHODS`. MoE kinds are the bare networks; the plasticity
 baselines and SPHERE sit on the Top-K MoE actor, as in the paper. Architecture baselines (LayerNorm,
-spectral normalization, a wider dense net) are network options, not regularizers.
+spectral normalization, a wider dense net) are network options, not regularizers. A router or
+regularizer that the table leaves out gets such a method by default, named after it (:func:`_defaults`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rl_moe.continual.errors import UsageError
+from rl_moe.nn.routing import ROUTERS
+from rl_moe.regularizers import REGISTRY, make_regularizer
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,25 @@ METHODS: dict[str, Method] = {
 }
 
 
+def _summary(obj: object) -> str:
+    """First line of ``obj``'s docstring, lower-cased start, no full stop: a ``--list`` description."""
+    line = (obj.__doc__ or "").strip().split("\n")[0].rstrip(".")
+    return line[:1].lower() + line[1:]
+
+
+def _defaults(named: Mapping[str, Method]) -> dict[str, Method]:
+    """The bare network of every router kind no method in ``named`` uses, and the Top-K MoE + each
+    regularizer with no method of its name."""
+    kinds = {m.kind for m in named.values()}
+    out = {k: Method(k, k, description=f"{k} MoE actor, router: {_summary(fn)}") for k, fn in ROUTERS.items() if k not in kinds}
+    for name, cls in REGISTRY.items():
+        out.setdefault(name, _reg(name, _summary(cls)))
+    return {name: m for name, m in out.items() if name not in named}
+
+
+METHODS.update(_defaults(METHODS))
+
+
 def get_method(name: str) -> Method:
     """The method called ``name``; :class:`UsageError` naming the valid choices otherwise."""
     if name not in METHODS:
@@ -81,8 +103,6 @@ def check_regularizers(names: tuple[str, ...], kwargs: Mapping[str, Mapping[str,
     """Fail early (before any run folder exists) when a regularizer is unknown or rejects its kwargs."""
     if not names:
         return
-    from rl_moe.regularizers import REGISTRY
-
     missing = [n for n in names if n not in REGISTRY]
     if missing:
         raise UsageError(f"unknown regularizer {missing[0]!r}; valid choices: {', '.join(REGISTRY)}")
@@ -94,8 +114,4 @@ def check_regularizers(names: tuple[str, ...], kwargs: Mapping[str, Mapping[str,
 
 def build_regularizers(names: tuple[str, ...], kwargs: Mapping[str, Mapping[str, Any]]) -> list[Any]:
     """Instantiate the regularizers of a method with their per-suite/CLI keyword arguments."""
-    if not names:
-        return []
-    from rl_moe.regularizers import make_regularizer
-
     return [make_regularizer(name, **kwargs.get(name, {})) for name in names]

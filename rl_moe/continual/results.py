@@ -188,10 +188,12 @@ def save_regularizer_state(path: Path, state: dict[str, Any]) -> None:
     _replace_atomically(path, lambda tmp: torch.save(state, tmp))
 
 
-def load_regularizer_state(path: Path) -> dict[str, Any] | None:
-    """The saved regularizer state, or None when the file does not exist.
+def load_torch_state(path: Path, what: str, key: str | None = None) -> dict[str, Any] | None:
+    """A dict saved with ``torch.save``, or None when the file does not exist.
 
-    :raises ValueError: if the file is unreadable (truncated, or not a saved state dict)
+    :param what: the state's name in the error message (``training state``)
+    :param key: an entry every such state holds, checked to tell it from another dict
+    :raises ValueError: if the file is unreadable (truncated, or not such a state)
     """
     import torch
 
@@ -200,10 +202,18 @@ def load_regularizer_state(path: Path) -> dict[str, Any] | None:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for a damaged pickle/zip
-        raise ValueError(f"unreadable regularizer state {str(path)!r} ({type(exc).__name__})") from None
-    if not isinstance(state, dict):
-        raise ValueError(f"unreadable regularizer state {str(path)!r} (not a dict)")
+        raise ValueError(f"unreadable {what} {str(path)!r} ({type(exc).__name__})") from None
+    if not isinstance(state, dict) or (key is not None and key not in state):
+        raise ValueError(f"unreadable {what} {str(path)!r} (not a saved {what})")
     return state
+
+
+def load_regularizer_state(path: Path) -> dict[str, Any] | None:
+    """The saved regularizer state, or None when the file does not exist.
+
+    :raises ValueError: if the file is unreadable (truncated, or not a saved state dict)
+    """
+    return load_torch_state(path, "regularizer state")
 
 
 def reference_aucs(run_dir: str | Path, tasks: list[str]) -> list[float] | None:

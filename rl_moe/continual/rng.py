@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from stable_baselines3.common.base_class import BaseAlgorithm
 
+from rl_moe.continual.results import load_torch_state
+
 #: SB3 attributes that steer training and are not part of its ``.zip`` parameters: the update
 #: count drives TD3's delayed actor updates.
 _COUNTERS: tuple[str, ...] = ("_n_updates", "_episode_num")
@@ -55,12 +57,4 @@ def load(path: Path) -> dict[str, Any] | None:
 
     :raises ValueError: if the file is unreadable
     """
-    if not path.is_file():
-        return None
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises several types for a damaged pickle/zip
-        raise ValueError(f"unreadable training state {str(path)!r} ({type(exc).__name__})") from None
-    if not isinstance(state, dict) or "numpy" not in state:
-        raise ValueError(f"unreadable training state {str(path)!r} (not a saved state)")
-    return state
+    return load_torch_state(path, "training state", key="numpy")

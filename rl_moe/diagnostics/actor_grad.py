@@ -18,8 +18,9 @@ from stable_baselines3.common.type_aliases import RolloutBufferSamples
 from torch import Tensor
 
 from rl_moe.algos.ppo_loss import ppo_losses
-from rl_moe.algos.td3 import td3_actor_loss as td3_loss
+from rl_moe.algos.td3 import td3_actor_loss
 from rl_moe.diagnostics.views import NetView
+from rl_moe.maths import grads_norm
 
 
 class ActorGrad(NamedTuple):
@@ -29,7 +30,7 @@ class ActorGrad(NamedTuple):
     expert_grads: list[Tensor | None]  # per linear layer of the routed experts, (E, in, out)
 
 
-def ppo_actor_loss(model: BaseAlgorithm, obs: Tensor, n_states: int, generator: torch.Generator) -> Tensor | None:
+def ppo_probe_loss(model: BaseAlgorithm, obs: Tensor, n_states: int, generator: torch.Generator) -> Tensor | None:
     """L_actor = clipped surrogate + ent_coef * entropy loss on up to ``n_states`` rollout samples."""
     buf = getattr(model, "rollout_buffer", None)
     if buf is None or not buf.full:
@@ -46,19 +47,19 @@ def ppo_actor_loss(model: BaseAlgorithm, obs: Tensor, n_states: int, generator: 
     return ppo_losses(model, batch, clip, None).actor
 
 
-def td3_actor_loss(model: BaseAlgorithm, obs: Tensor, n_states: int, generator: torch.Generator) -> Tensor | None:
+def td3_probe_loss(model: BaseAlgorithm, obs: Tensor, n_states: int, generator: torch.Generator) -> Tensor | None:
     """-Q1(s, pi(s)) on the probe states."""
     policy = model.policy
     critic = getattr(policy, "critic", None)
     if critic is None or not hasattr(critic, "q1_forward"):
         return None
-    return td3_loss(critic, obs, policy.actor(obs))
+    return td3_actor_loss(critic, obs, policy.actor(obs))
 
 
 #: Actor losses by learner family.
 ACTOR_LOSSES: dict[str, Callable[[BaseAlgorithm, Tensor, int, torch.Generator], Tensor | None]] = {
-    "on_policy": ppo_actor_loss,
-    "off_policy": td3_actor_loss,
+    "on_policy": ppo_probe_loss,
+    "off_policy": td3_probe_loss,
 }
 
 
@@ -76,8 +77,7 @@ def actor_grad(model: BaseAlgorithm, view: NetView, obs: Tensor, n_states: int =
         params = [p for p in view.module.parameters() if p.requires_grad]
         grads = torch.autograd.grad(loss, params, allow_unused=True)
     by_id = {id(p): g for p, g in zip(params, grads)}
-    sq = [g.detach().to(torch.float64).pow(2).sum() for g in grads if g is not None]
-    norm = float(torch.stack(sq).sum().sqrt()) if sq else 0.0
+    norm = float(grads_norm(g.detach().to(torch.float64) for g in grads if g is not None))
     experts = getattr(view.module, "experts", None)
     weights = list(getattr(experts, "weights", []))
     return ActorGrad(norm, [by_id.get(id(w)) for w in weights])

@@ -12,7 +12,7 @@ from rl_moe.diagnostics.coupling import gate_expert_coupling
 from rl_moe.diagnostics.entk import entk_gram
 from rl_moe.diagnostics.features import dormant_metrics, feature_metrics
 from rl_moe.diagnostics.geometry import geometry_metrics
-from rl_moe.diagnostics.linalg import effective_rank
+from rl_moe.diagnostics.linalg import effective_rank, stable_rank
 from rl_moe.diagnostics.routing import routing_metrics
 from rl_moe.diagnostics.slq import SlqConfig, slq_entk_rank
 from rl_moe.diagnostics.spectral import gate_input_directions, sdmoe_metrics
@@ -97,7 +97,8 @@ def _routed_k(module: nn.Module, result: MoEOutput) -> int:
 def spectral_group(
     view: NetView, obs: Tensor, expert_grads: Sequence[Tensor | None] | None = None, ssmoe_c: int = 2
 ) -> dict[str, float]:
-    """SD-MoE, MSO/DSC and SSMoE metrics of the routed experts (``spectral/``); empty when dense.
+    """SD-MoE, MSO/DSC, SSMoE and stable-rank metrics of the routed experts (``spectral/``); empty
+    when dense.
 
     :param expert_grads: per linear layer, the actor-loss gradient of the stacked expert weights
     """
@@ -110,6 +111,8 @@ def spectral_group(
     gate_dirs = gate_input_directions(view.module, x)
     out = sdmoe_metrics(weights, list(expert_grads) if expert_grads is not None else None, gate_dirs)
     out.update(geometry_metrics(weights, rows))
+    srank = stable_rank(weights[-2])  # (E,) each expert's last hidden layer
+    out.update(expert_stable_rank=float(srank.mean()), expert_stable_rank_min=float(srank.min()))
     if rows is not None:
         with torch.no_grad():
             result = view.module(x)

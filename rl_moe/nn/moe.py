@@ -288,13 +288,13 @@ class DenseMLP(nn.Module):
 from rl_moe.nn.companions import SDMoE, SSMoE  # noqa: E402
 from rl_moe.nn.dsc import DSCNet  # noqa: E402
 
+#: Network class by kind: a kind in :data:`~rl_moe.nn.routing.ROUTERS` is a :class:`RoutedMoE`
+#: with that router unless it has a class of its own below.
 NETWORKS: dict[str, type[nn.Module]] = {
-    "topk": RoutedMoE,
+    **dict.fromkeys(ROUTERS, RoutedMoE),
     "sdmoe": SDMoE,
     "ssmoe": SSMoE,
     "dsc": DSCNet,
-    "dense_moe": RoutedMoE,
-    "expert_choice": RoutedMoE,
     "ds": DSMoE,
     "soft": SoftMoE,
     "mlp": DenseMLP,

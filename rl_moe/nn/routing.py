@@ -104,7 +104,8 @@ def expert_choice_routing(logits: Tensor, k: int, temperature: float, static: bo
 #: (logits, k, temperature, static) -> Routing; ``static`` asks for shapes independent of the data.
 RouterFn = Callable[[Tensor, int, float, bool], Routing]
 
-#: Routers by network kind.
+#: Routers by network kind. A new kind is a :class:`~rl_moe.nn.moe.RoutedMoE` and a ``--method``
+#: of its name once its name is also in :data:`~rl_moe.nn.config.NETWORK_KINDS`.
 ROUTERS: dict[str, RouterFn] = {
     "topk": topk_routing,
     "ds": topk_routing,

@@ -72,29 +72,19 @@ class SpectralExperts(StackedExperts):
     (in, out) and ``unique`` (E, in, out). Buffers ``basis_in_<l>`` (in, k) and ``basis_out_<l>``
     (out, k) hold W_c's top-k singular vectors; they travel with the checkpoint.
 
-    The other parameters are those of :class:`StackedExperts`.
+    The positional and other keyword parameters are those of :class:`StackedExperts`.
 
     :param rank_fraction: k as a fraction of min(in, out) (paper: 1%), at least 1
     """
 
-    def __init__(
-        self,
-        n_experts: int,
-        in_dim: int,
-        hidden: tuple[int, ...],
-        out_dim: int,
-        activation: str = "relu",
-        layer_norm: bool = False,
-        out_gain: float = 1.0,
-        rank_fraction: float = 0.01,
-    ) -> None:
-        super().__init__(n_experts, in_dim, hidden, out_dim, activation, layer_norm, out_gain)
+    def __init__(self, *args: Any, rank_fraction: float = 0.01, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         dense = list(self._modules.pop("weights"))  # orthogonal draws: their spectra seed Eq. 6
         self.common = nn.ParameterList()
         self.unique = nn.ParameterList()
         self.ranks: list[int] = []
         for layer, w in enumerate(dense):
-            c, u, a, b = self._decompose(w.detach()[0], n_experts, rank_fraction)
+            c, u, a, b = self._decompose(w.detach()[0], self.n_experts, rank_fraction)
             self.common.append(nn.Parameter(c))
             self.unique.append(nn.Parameter(u))
             self.register_buffer(f"basis_in_{layer}", a)
@@ -153,5 +143,5 @@ class SpectralExperts(StackedExperts):
 def sdmoe_experts(n_experts: int, in_dim: int, out_dim: int, cfg: NetConfig, out_gain: float) -> SpectralExperts:
     """The SD-MoE expert stack of a network built from ``cfg``."""
     return SpectralExperts(
-        n_experts, in_dim, cfg.hidden, out_dim, cfg.activation, cfg.layer_norm, out_gain, cfg.sd_rank_fraction
+        n_experts, in_dim, cfg.hidden, out_dim, cfg.activation, cfg.layer_norm, out_gain, rank_fraction=cfg.sd_rank_fraction
     )

@@ -33,7 +33,8 @@ class DSCAux(Regularizer):
     :param frame: lambda_3 of the frame potential (0.001)
     :param z: lambda_z of the logit-range loss (1e-4)
     :param target: ``actor`` (default), ``critic`` or ``both``; TD3 runs default to ``both`` since
-        their critics carry the method's network (``ALGO_REGULARIZER_DEFAULTS``)
+        their critics carry the method's network (``AlgoSpec.regularizer_defaults`` in
+        :mod:`rl_moe.continual.learners`)
     """
 
     name = "dsc"

@@ -6,23 +6,15 @@ import argparse
 import importlib.util
 import sys
 from pathlib import Path
-from typing import NoReturn
 
+from rl_moe.cli import UsageParser
 from rl_moe.report.build import MISSING_MATPLOTLIB, ReportOptions, build_report
 from rl_moe.report.loading import ReportError
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (exit code 2) instead of the usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
-        raise SystemExit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The report command's arguments."""
-    p = _Parser(
+    p = UsageParser(
         prog="python -m rl_moe.report",
         description="Aggregate rl_moe run folders into report.md / report.html with PNG figures.",
     )
