@@ -236,7 +236,7 @@ def regularizer_fields(name: str) -> dict[str, Any]:
 
     cls = REGISTRY[name]
     hints = typing.get_type_hints(cls.__init__)
-    fields = {p: hints.get(p, str) for p in inspect.signature(cls.__init__).parameters if p not in ("self", "config", "overrides", "suite")}
+    fields = {p: hints.get(p, str) for p in inspect.signature(cls.__init__).parameters if p not in ("self", "config", "overrides")}
     if name == "sphere":
         fields.update(typing.get_type_hints(SphereConfig))
     return fields
