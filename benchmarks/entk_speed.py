@@ -6,7 +6,7 @@ Prints ratios measured in one run (absolute times are noise on shared machines):
    exact method's cost per network kind in units of one forward+backward.
 2. Probe cost: MoE PPO on MetaWorld (push-v3) trained with and without PlasticityProbe from the
    same seed; the per-probe cost is also expressed as a share of training time at the default
-   interval (ProbeConfig.probe_every, spectral metrics at ProbeConfig.spectral_every).
+   interval (ProbeConfig.every, spectral metrics at ProbeConfig.spectral_every).
 
 Usage: OMP_NUM_THREADS=1 python benchmarks/entk_speed.py [--threads 1] [--steps 4096] [--repeats 2] [--device cpu]
 """
@@ -92,9 +92,9 @@ def probe_cost(steps: int, seed: int, repeats: int) -> None:
     from rl_moe.diagnostics import collect_states
 
     held_out = collect_states(gym.make("Meta-World/MT1", env_name="reach-v3", seed=seed), 256, seed)
-    default = ProbeConfig()
+    default = ProbeConfig(every=10_000)  # every=0 (at each periodic evaluation) needs a run
     # Probe at every rollout (1024 steps) with the spectral family each time, to time both.
-    cfg = ProbeConfig(probe_every=1024, n_states=default.n_states, spectral_every=1024)
+    cfg = ProbeConfig(every=1024, n_states=default.n_states, spectral_every=1024)
     # Interleaved repeats, best of each: the machine's load drifts between runs.
     off, on, on_core = float("inf"), float("inf"), float("inf")
     for _ in range(repeats):
@@ -103,20 +103,20 @@ def probe_cost(steps: int, seed: int, repeats: int) -> None:
         wall = train_seconds(steps, run, seed)
         if wall < on:
             on, probe = wall, run
-        run = PlasticityProbe(tempfile.mkdtemp(), states=held_out, config=ProbeConfig(probe_every=1024, spectral_every=0))
+        run = PlasticityProbe(tempfile.mkdtemp(), states=held_out, config=ProbeConfig(every=1024, spectral_every=0))
         wall = train_seconds(steps, run, seed)
         if wall < on_core:
             on_core, core_only = wall, run
     n_probes = steps // 1024
     per_probe, per_core = probe.seconds / n_probes, core_only.seconds / n_probes
     per_step = (on_core - core_only.seconds) / steps  # training time per env step, probe excluded
-    # At the defaults: core metrics every probe_every steps, the spectral family every spectral_every.
-    share_default = (per_core / default.probe_every + (per_probe - per_core) / default.spectral_every) / per_step
+    # At the defaults: core metrics every `every` steps, the spectral family every spectral_every.
+    share_default = (per_core / default.every + (per_probe - per_core) / default.spectral_every) / per_step
     print(f"\nProbe cost: MoE PPO (E=10 K=2 3x256, n_steps=1024, 10 epochs) on MetaWorld push-v3, {steps} steps, N={cfg.n_states}")
     print(f"  per probe: all families {per_probe:.3f} s, core only {per_core:.3f} s; training {per_step * 1e3:.2f} ms/env step")
     print(f"  probe share of its own run, probing every 1024 steps: all families {probe.seconds / on:.2%}, core only {core_only.seconds / on_core:.2%}")
     print(f"  wall-time ratio, probe every 1024 steps / no probe (same seed, noisy): {on / off:.3f} (core only {on_core / off:.3f})")
-    print(f"  share at the defaults (core every {default.probe_every}, spectral every {default.spectral_every} steps): {share_default:.2%}")
+    print(f"  share at the defaults (core every {default.every}, spectral every {default.spectral_every} steps): {share_default:.2%}")
 
 
 def main() -> None:

@@ -7,12 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rl_moe.continual.config import RunConfig
 from rl_moe.continual.envs import EnvFactory
+from rl_moe.continual.errors import UsageError
 from rl_moe.continual.families import metaworld_expert, metaworld_names
 from rl_moe.continual.probe_states import collect_probe_states
 from rl_moe.continual.resolve import RunRequest, resolve
 from rl_moe.continual.suites import TaskSpec
 from rl_moe.crl import main
+from rl_moe.diagnostics import ProbeConfig
 
 
 def test_every_metaworld_task_has_a_scripted_expert() -> None:
@@ -58,3 +61,17 @@ def test_bad_probe_settings_exit_2(setting: str, message: str, tmp_path: Path, c
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert not out.exists()
+
+
+def test_probe_section_is_the_diagnostics_config_and_old_runs_load() -> None:
+    cfg = resolve(RunRequest(suite="smoke", tasks=1, device="cpu", overrides=("probe.spectral_every=0", "probe.online=true")))
+    assert isinstance(cfg.probe, ProbeConfig) and cfg.probe.spectral_every == 0 and cfg.probe.online
+    # config.json of a run made before the sections were merged: the same five keys.
+    data = cfg.to_dict()
+    data["probe"] = {"enabled": True, "n_states": 64, "every": 0, "policy": "random", "noise": 0.1}
+    assert RunConfig.from_dict(data).probe == ProbeConfig(n_states=64, policy="random")
+    assert RunConfig.from_dict(cfg.to_dict()) == cfg  # the nested SLQ settings round-trip too
+    with pytest.raises(UsageError, match="valid fields of probe"):
+        resolve(RunRequest(suite="smoke", tasks=1, device="cpu", overrides=("probe.slq=4",)))
+    with pytest.raises(UsageError, match="probe.knn must be >= 1, got 0"):
+        resolve(RunRequest(suite="smoke", tasks=1, device="cpu", overrides=("probe.knn=0",)))

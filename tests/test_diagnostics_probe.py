@@ -4,6 +4,7 @@ import math
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from stable_baselines3 import PPO, TD3
@@ -44,7 +45,7 @@ def tiny_ppo(policy, run_dir: Path, **policy_kwargs) -> PPO:
 
 def test_probe_logs_real_tensorboard_scalars_and_reuses_states(tmp_path: Path) -> None:
     cfg = ProbeConfig(
-        probe_every=64, n_states=32, spectral_every=64, slq_every=128, coupling_every=128, online=True, slq=SlqConfig(2, 5)
+        every=64, n_states=32, spectral_every=64, slq_every=128, coupling_every=128, online=True, slq=SlqConfig(2, 5)
     )
     model = tiny_ppo(MoEActorCriticPolicy, tmp_path, moe="topk", **TINY_MOE)
     model.learn(192, callback=PlasticityProbe(tmp_path, config=cfg))
@@ -66,7 +67,7 @@ def test_probe_logs_real_tensorboard_scalars_and_reuses_states(tmp_path: Path) -
     dense_dir = tmp_path / "dense"
     dense_dir.mkdir()
     (dense_dir / PROBE_FILE).write_bytes((tmp_path / PROBE_FILE).read_bytes())
-    probe = PlasticityProbe(dense_dir, config=ProbeConfig(probe_every=64, n_states=32, spectral_every=64))
+    probe = PlasticityProbe(dense_dir, config=ProbeConfig(every=64, n_states=32, spectral_every=64))
     tiny_ppo("MlpPolicy", dense_dir).learn(64, callback=probe)
     assert torch.equal(probe.states, saved)
     dense = read_scalars(dense_dir)
@@ -79,7 +80,7 @@ def test_probe_with_td3(tmp_path: Path, policy) -> None:
     kwargs = {"net_arch": [16, 16]} if policy == "MlpPolicy" else {"moe": "topk", "critic_moe": True, **TINY_MOE}
     model = TD3(policy, "Pendulum-v1", learning_starts=32, train_freq=16, seed=0, policy_kwargs=kwargs)
     model.set_logger(configure(str(tmp_path), ["tensorboard"]))
-    probe = PlasticityProbe(tmp_path, config=ProbeConfig(probe_every=32, n_states=16, spectral_every=32))
+    probe = PlasticityProbe(tmp_path, config=ProbeConfig(every=32, n_states=16, spectral_every=32))
     model.learn(96, callback=probe)
     assert set(CORE_TAGS) <= set(probe.last_values)
     assert "plasticity/critic_entk_rank" in probe.last_values
@@ -94,7 +95,7 @@ def test_probe_on_held_out_metaworld_states(tmp_path: Path) -> None:
     env = gym.make("Meta-World/MT1", env_name="push-v3", seed=0)
     model = PPO(MoEActorCriticPolicy, env, n_steps=64, batch_size=32, n_epochs=1, seed=0, policy_kwargs=dict(moe="ds", **TINY_MOE))
     model.set_logger(configure(str(tmp_path), ["tensorboard"]))
-    probe = PlasticityProbe(tmp_path, states=held_out, config=ProbeConfig(probe_every=64, n_states=48, spectral_every=64))
+    probe = PlasticityProbe(tmp_path, states=held_out, config=ProbeConfig(every=64, n_states=48, spectral_every=64))
     model.learn(64, callback=probe)
     assert torch.equal(torch.load(tmp_path / PROBE_FILE), held_out)
     scalars = read_scalars(tmp_path)
@@ -103,10 +104,24 @@ def test_probe_on_held_out_metaworld_states(tmp_path: Path) -> None:
 
 
 def test_probe_config_rejects_bad_values() -> None:
-    with pytest.raises(ValueError, match="probe_every must be >= 1, got 0"):
-        ProbeConfig(probe_every=0)
-    with pytest.raises(ValueError, match="slq_every must be >= 0"):
+    with pytest.raises(ValueError, match="probe.n_states must be >= 1, got 0"):
+        ProbeConfig(n_states=0)
+    with pytest.raises(ValueError, match="probe.slq_every must be >= 0"):
         ProbeConfig(slq_every=-1)
+    # every=0 means "at every periodic evaluation": only a continual run can resolve it.
+    with pytest.raises(ValueError, match="probe.every >= 1"):
+        PlasticityProbe(config=ProbeConfig(every=0))
+
+
+def test_collect_states_is_reproducible_per_seed() -> None:
+    def batch(seed: int, **kwargs) -> np.ndarray:
+        return collect_states(gym.make("Pendulum-v1"), 40, seed, **kwargs).numpy()
+
+    assert batch(0).shape == (40, 3)
+    np.testing.assert_array_equal(batch(0), batch(0))
+    assert not np.array_equal(batch(0), batch(1))
+    # stride keeps every k-th state of the same rollout.
+    np.testing.assert_array_equal(batch(0, stride=2)[:20], batch(0)[::2])
 
 
 def test_probe_does_not_change_training(tmp_path: Path) -> None:
@@ -115,6 +130,6 @@ def test_probe_does_not_change_training(tmp_path: Path) -> None:
         model.learn(128, callback=probe)
         return model.policy.state_dict()
 
-    cfg = ProbeConfig(probe_every=64, n_states=32, spectral_every=64, coupling_every=64)
+    cfg = ProbeConfig(every=64, n_states=32, spectral_every=64, coupling_every=64)
     with_probe, without = train(PlasticityProbe(tmp_path / "on", config=cfg)), train(None)
     assert all(torch.equal(with_probe[k], without[k]) for k in without)

@@ -17,6 +17,7 @@ from typing import Any
 
 from rl_moe.continual.errors import UsageError
 from rl_moe.continual.learners import LEARNERS, PPOConfig, TD3Config, get_learner
+from rl_moe.diagnostics.probe import ProbeConfig
 from rl_moe.nn import NetConfig
 
 
@@ -68,25 +69,6 @@ class EvalSettings:
 
 
 @dataclass(frozen=True)
-class ProbeSettings:
-    """Plasticity probe (``rl_moe.diagnostics``) on a held-out batch from the suite's probe task.
-
-    :param enabled: attach the probe callback when ``rl_moe.diagnostics`` provides it
-    :param n_states: states in the held-out batch (rollouts of the probe task)
-    :param every: env steps between probes; 0 = at every periodic evaluation
-    :param policy: who acts in those rollouts: ``expert`` (MetaWorld's scripted policy plus
-        noise), ``random``, or ``auto`` (expert where the family has one; stored resolved)
-    :param noise: std of the Gaussian noise on expert actions
-    """
-
-    enabled: bool = True
-    n_states: int = 256
-    every: int = 0
-    policy: str = "auto"
-    noise: float = 0.1
-
-
-@dataclass(frozen=True)
 class RunConfig:
     """Everything that defines a run; saved as ``config.json`` and reloaded by ``--resume``.
 
@@ -104,7 +86,7 @@ class RunConfig:
     :param ppo: PPO settings (resolved preset + overrides)
     :param td3: TD3 settings (resolved preset + overrides)
     :param eval: evaluation settings
-    :param probe: plasticity-probe settings
+    :param probe: plasticity-probe settings (:class:`~rl_moe.diagnostics.probe.ProbeConfig`)
     :param regularizers: regularizer name -> constructor kwargs (suite defaults + overrides)
     :param reference: RL-protocol run folder for forward transfer, or None
     :param created: UTC timestamp ``YYYYmmdd-HHMMSS``
@@ -124,7 +106,7 @@ class RunConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     td3: TD3Config = field(default_factory=TD3Config)
     eval: EvalSettings = field(default_factory=EvalSettings)
-    probe: ProbeSettings = field(default_factory=ProbeSettings)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
     regularizers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     reference: str | None = None
     created: str = ""
@@ -166,7 +148,7 @@ OVERRIDE_PRESETS: dict[str, tuple[str, ...]] = {
 }
 
 #: ``--set`` sections -> dataclass types (``reg`` is handled separately).
-SECTIONS: dict[str, type] = {"net": NetSettings, **{s.name: s.config_cls for s in LEARNERS.values()}, "eval": EvalSettings, "probe": ProbeSettings}
+SECTIONS: dict[str, type] = {"net": NetSettings, **{s.name: s.config_cls for s in LEARNERS.values()}, "eval": EvalSettings, "probe": ProbeConfig}
 
 
 def _jsonable(obj: Any) -> Any:
@@ -231,7 +213,7 @@ def regularizer_fields(name: str) -> dict[str, Any]:
 
     cls = REGISTRY[name]
     hints = typing.get_type_hints(cls.__init__)
-    fields = {p: hints.get(p, str) for p in inspect.signature(cls.__init__).parameters if p not in ("self", "config", "overrides", "suite")}
+    fields = {p: hints.get(p, str) for p in inspect.signature(cls.__init__).parameters if p not in ("self", "config", "overrides")}
     if name == "sphere":
         fields.update(typing.get_type_hints(SphereConfig))
     return fields
@@ -291,10 +273,13 @@ def apply_overrides(
         if parts[0] not in SECTIONS or len(parts) != 2:
             raise UsageError(f"unknown --set key {key!r}; valid choices: {valid}")
         cls = SECTIONS[parts[0]]
-        names = [f.name for f in dataclasses.fields(cls)]
+        hints = typing.get_type_hints(cls)
+        names = [f.name for f in dataclasses.fields(cls) if not dataclasses.is_dataclass(hints[f.name])]  # nested ones are not --set
         if parts[1] not in names:
             raise UsageError(f"unknown --set key {key!r}; valid fields of {parts[0]}: {', '.join(names)}")
-        hint = typing.get_type_hints(cls)[parts[1]]
-        value = parse_value(text.strip(), hint, key)
-        sections[parts[0]] = dataclasses.replace(sections[parts[0]], **{parts[1]: value})
+        value = parse_value(text.strip(), hints[parts[1]], key)
+        try:
+            sections[parts[0]] = dataclasses.replace(sections[parts[0]], **{parts[1]: value})
+        except ValueError as exc:  # the section's own range checks
+            raise UsageError(str(exc)) from None
     return sections, regs

@@ -5,13 +5,15 @@ sequence, so that the diagnostics measure plasticity on *new* experience. No tra
 with the package, so the rollouts come from one of :data:`PROBE_POLICIES`: ``expert``, the env
 family's scripted policy for the probe task (MetaWorld's ``metaworld.policies``) with Gaussian
 action noise, which visits the states a competent policy sees; or ``random``, uniform-random
-actions (the only choice for families without scripted experts). Every ``stride``-th state is
-kept, and the same batch is reused at every checkpoint; it is saved as ``probe_states.pt`` (a
-float32 tensor (N, obs_dim)) through :func:`rl_moe.diagnostics.probe.load_or_create_states`.
+actions (the only choice for families without scripted experts). The rollouts themselves are
+:func:`rl_moe.diagnostics.probe.collect_states`; every ``stride``-th state is kept, and the same
+batch is reused at every checkpoint; it is saved as ``probe_states.pt`` (a float32 tensor
+(N, obs_dim)) through :func:`rl_moe.diagnostics.probe.load_or_create_states`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -20,18 +22,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from stable_baselines3.common.callbacks import BaseCallback
 
 from rl_moe.continual.envs import EnvFactory
 from rl_moe.continual.families import FAMILIES
-
-#: obs -> action
-Actor = Callable[[np.ndarray], np.ndarray]
+from rl_moe.diagnostics.probe import Actor, PlasticityProbe, ProbeConfig, collect_states, load_or_create_states
 
 
-def _random_actor(env: gym.Env, factory: EnvFactory, seed: int, noise: float) -> Actor:
-    env.action_space.seed(seed)
-    return lambda _obs: env.action_space.sample()
+def _random_actor(env: gym.Env, factory: EnvFactory, seed: int, noise: float) -> Actor | None:
+    return None  # collect_states' own uniform actions, seeded by its seed
 
 
 def _expert_actor(env: gym.Env, factory: EnvFactory, seed: int, noise: float) -> Actor:
@@ -54,8 +52,9 @@ def _expert_actor(env: gym.Env, factory: EnvFactory, seed: int, noise: float) ->
     return act
 
 
-#: Rollout policies for the held-out batch: name -> (env, factory, seed, noise) -> actor.
-PROBE_POLICIES: dict[str, Callable[[gym.Env, EnvFactory, int, float], Actor]] = {
+#: Rollout policies for the held-out batch: name -> (env, factory, seed, noise) -> actor
+#: (None: uniformly random actions).
+PROBE_POLICIES: dict[str, Callable[[gym.Env, EnvFactory, int, float], Actor | None]] = {
     "expert": _expert_actor,
     "random": _random_actor,
 }
@@ -71,7 +70,7 @@ def collect_probe_states(
 ) -> torch.Tensor:
     """``n_states`` observations (N, obs_dim) from rollouts of the probe task.
 
-    :param factory: probe-task env factory
+    :param factory: probe-task env factory (its seed seeds the env; ``seed`` the actions)
     :param n_states: batch size N
     :param stride: keep one state every ``stride`` steps (less temporal correlation)
     :param seed: action-sampling seed
@@ -81,43 +80,30 @@ def collect_probe_states(
     if policy not in PROBE_POLICIES:
         raise ValueError(f"unknown probe policy {policy!r}; valid choices: {', '.join(PROBE_POLICIES)}")
     env = factory()
-    states: list[np.ndarray] = []
     try:
         actor = PROBE_POLICIES[policy](env, factory, seed, noise)
-        obs, _ = env.reset()
-        t = 0
-        while len(states) < n_states:
-            if t % stride == 0:
-                states.append(np.asarray(obs, dtype=np.float32).reshape(-1))
-            obs, _, terminated, truncated, _ = env.step(actor(obs))
-            t += 1
-            if terminated or truncated:
-                obs, _ = env.reset()
+        # The factory seeded the env at construction (MetaWorld ignores reset(seed=)).
+        return collect_states(env, n_states, seed=seed, actor=actor, stride=stride, seed_reset=False)
     finally:
         env.close()
-    return torch.from_numpy(np.stack(states))  # (N, obs_dim)
 
 
 def load_or_collect(path: Path, factory: EnvFactory, n_states: int, seed: int, policy: str = "random", noise: float = 0.1) -> torch.Tensor:
     """The run's probe batch: loaded when ``path`` exists (resume), else collected and saved."""
-    from rl_moe.diagnostics.probe import load_or_create_states
-
     return load_or_create_states(path, lambda: collect_probe_states(factory, n_states, seed=seed, policy=policy, noise=noise))
 
 
-def make_probe_callback(states: torch.Tensor, every: int, seed: int = 0) -> BaseCallback | None:
-    """``rl_moe.diagnostics.PlasticityProbe`` on ``states`` every ``every`` env steps, or None when
-    the diagnostics package is not importable (the run then trains without ``plasticity/*``).
+def make_probe_callback(states: torch.Tensor, every: int, seed: int = 0, config: ProbeConfig = ProbeConfig()) -> PlasticityProbe:
+    """A :class:`~rl_moe.diagnostics.PlasticityProbe` on ``states`` every ``every`` env steps.
 
-    The run folder's ``probe_states.pt`` is written by :func:`load_or_collect`, so the probe gets
-    the batch in memory only (``run_dir=None``).
+    ``config.spectral_every`` is rounded to a multiple of ``every`` (at least one), so the spectral
+    metrics share the core metrics' x positions. The run folder's ``probe_states.pt`` is written
+    by :func:`load_or_collect`, so the probe gets the batch in memory only (``run_dir=None``).
+
+    :param every: the resolved probe interval (``config.every``, or the evaluation interval when 0)
+    :param config: the run's ``probe`` section
     """
-    try:
-        from rl_moe.diagnostics import PlasticityProbe, ProbeConfig
-    except ImportError:
-        return None
     every = max(1, int(every))
-    # Spectral metrics cost more: every ~100k steps, on the probe's own x positions.
-    spectral = every * max(1, round(100_000 / every))
-    config = ProbeConfig(probe_every=every, n_states=int(states.shape[0]), spectral_every=spectral, seed=seed)
-    return PlasticityProbe(run_dir=None, states=states, config=config)
+    spectral = every * max(1, round(config.spectral_every / every)) if config.spectral_every else 0
+    config = dataclasses.replace(config, every=every, n_states=int(states.shape[0]), spectral_every=spectral)
+    return PlasticityProbe(run_dir=None, states=states, config=config, seed=seed)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rl_moe.continual.config import OVERRIDE_PRESETS, EvalSettings, NetSettings, ProbeSettings, RunConfig, apply_overrides
+from rl_moe.continual.config import OVERRIDE_PRESETS, EvalSettings, NetSettings, RunConfig, apply_overrides
 from rl_moe.continual.envs import resolve_vec_env_type
 from rl_moe.continual.errors import UsageError, check_choice, check_positive
 from rl_moe.continual.families import FAMILIES
@@ -18,6 +18,7 @@ from rl_moe.continual.learners import LEARNERS, check_fast_update, get_learner
 from rl_moe.continual.methods import check_regularizers, get_method
 from rl_moe.continual.rundir import RunDir
 from rl_moe.continual.suites import Suite, load_suite, suite_from_dict
+from rl_moe.diagnostics.probe import ProbeConfig
 
 #: The preset of a learner when the suite names none.
 DEFAULT_PRESET = "metaworld"
@@ -50,17 +51,17 @@ class RunRequest:
 
 
 def check_sections(sections: dict[str, Any]) -> None:
-    """Range-check the numeric settings (new runs and ``--set`` on a resume alike)."""
+    """Range-check the numeric settings (new runs and ``--set`` on a resume alike); ``probe``
+    checks its own ranges when built."""
     for spec in LEARNERS.values():
         spec.check(sections[spec.name])
     check_positive("eval", sections["eval"], ("evals_per_task", "n_episodes", "matrix_episodes", "n_envs"))
-    check_positive("probe", sections["probe"], ("n_states",), ("every", "noise"))
     check_positive("net", sections["net"], ("temperature",))
     for spec in LEARNERS.values():
         check_fast_update(spec, sections[spec.name])
 
 
-def _resolve_probe_policy(probe: ProbeSettings, suite: Suite) -> ProbeSettings:
+def _resolve_probe_policy(probe: ProbeConfig, suite: Suite) -> ProbeConfig:
     """``auto`` -> the family's default; ``expert`` must exist for the probe task."""
     from rl_moe.continual.probe_states import PROBE_POLICIES, default_probe_policy
 
@@ -134,7 +135,7 @@ def resolve(req: RunRequest) -> RunConfig:
     preset = suite.presets.get(algo, DEFAULT_PRESET)
     if preset not in presets:
         raise UsageError(f"suite {suite.name!r} names unknown {algo} preset {preset!r}; valid choices: {', '.join(presets)}")
-    sections: dict[str, Any] = {"net": NetSettings(kind=method.kind), "eval": EvalSettings(), "probe": ProbeSettings()}
+    sections: dict[str, Any] = {"net": NetSettings(kind=method.kind), "eval": EvalSettings(), "probe": ProbeConfig()}
     for other in LEARNERS.values():  # every learner's section is stored; the run's is used
         choices = other.presets()
         sections[other.name] = choices.get(suite.presets.get(other.name, DEFAULT_PRESET), choices[DEFAULT_PRESET])

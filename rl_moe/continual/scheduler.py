@@ -231,9 +231,7 @@ class ContinualScheduler:
         every = max(1, cfg.steps_per_task // cfg.eval.evals_per_task)
         callbacks: list[BaseCallback] = [PeriodicEval(lambda: self._evaluate(i, cfg.eval.n_episodes), every, start + cfg.steps_per_task, curve, log_start=i != self._resumed_at)]
         if probe_states is not None:
-            probe = make_probe_callback(self._probe_input(probe_states), cfg.probe.every or every, cfg.seed)
-            if probe is not None:
-                callbacks.append(probe)
+            callbacks.append(make_probe_callback(self._probe_input(probe_states), cfg.probe.every or every, cfg.seed, cfg.probe))
         if self.progress:
             later = (len(self.tasks) - i - 1) * cfg.effective_steps_per_task
             callbacks.append(ProgressLine(f"[task {i + 1}/{len(self.tasks)} {task.name}]", start, cfg.effective_steps_per_task, later_steps=later))

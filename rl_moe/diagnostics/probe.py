@@ -2,7 +2,7 @@
 
 The batch is saved as ``probe_states.pt`` (a float tensor (N, obs_dim)) in the run folder and
 reloaded when present, so every checkpoint and method of a study is probed on the same states.
-The probe runs at the end of a rollout once ``probe_every`` env steps have passed (for PPO the
+The probe runs at the end of a rollout once ``every`` env steps have passed (for PPO the
 rollout buffer then holds advantages, used by ``plasticity/grad_norm``), records the scalars with
 ``self.logger.record`` and dumps them at x = ``num_timesteps``. Expensive families have their own
 intervals (0 disables them). Dense policies (SB3 ``MlpPolicy``) get the plasticity metrics only.
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
@@ -37,15 +38,25 @@ from rl_moe.tblog import dump_keys
 
 PROBE_FILE = "probe_states.pt"
 
+#: obs -> action
+Actor = Callable[[np.ndarray], np.ndarray]
+
 
 @dataclass(frozen=True)
 class ProbeConfig:
-    """When and on what the probe runs.
+    """The plasticity probe's settings: on what states and when it runs (``--set probe.<field>``
+    in a continual run, the ``probe`` section of ``config.json``).
 
-    :param probe_every: env steps between probes of the core plasticity and routing metrics
+    :param enabled: a continual run attaches the probe (False: no ``plasticity/*`` tags)
     :param n_states: held-out batch size N (also the rollout sample size for the online probe)
+    :param every: env steps between probes of the core plasticity and routing metrics; 0 = at
+        every periodic evaluation of a continual run (a bare :class:`PlasticityProbe` needs >= 1)
+    :param policy: who acts in a continual run's held-out rollouts: ``expert`` (the family's
+        scripted policy plus noise), ``random``, or ``auto`` (expert where the family has one;
+        stored resolved)
+    :param noise: std of the Gaussian noise on expert actions
     :param spectral_every: env steps between SD-MoE / MSO / DSC / SSMoE metrics (0 = off); a
-        multiple of ``probe_every`` keeps them on the same x positions
+        continual run rounds it to a multiple of the probe interval, keeping the same x positions
     :param slq_every: env steps between SLQ estimates of r_e(K) (0 = off; seconds per call)
     :param coupling_every: env steps between gate-expert Gauss-Newton coupling (0 = off)
     :param critic: also log the critic eNTK rank (``plasticity/critic_entk_rank``)
@@ -53,11 +64,13 @@ class ProbeConfig:
     :param knn: neighbours for ``routing/knn_jaccard``
     :param slq: SLQ probes and Lanczos steps (64 probes: see :class:`~rl_moe.diagnostics.slq.SlqConfig`
         for the measured error)
-    :param seed: seed of the state sampling and SLQ probes
     """
 
-    probe_every: int = 10_000
+    enabled: bool = True
     n_states: int = 256
+    every: int = 0
+    policy: str = "auto"
+    noise: float = 0.1
     spectral_every: int = 50_000
     slq_every: int = 0
     coupling_every: int = 0
@@ -65,15 +78,14 @@ class ProbeConfig:
     online: bool = False
     knn: int = 10
     slq: SlqConfig = field(default_factory=lambda: SlqConfig(n_probes=PROBE_SLQ_PROBES))
-    seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("probe_every", "n_states"):
+        for name in ("n_states", "knn"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("spectral_every", "slq_every", "coupling_every"):
+                raise ValueError(f"probe.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("every", "noise", "spectral_every", "slq_every", "coupling_every"):
             if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0 (0 disables), got {getattr(self, name)}")
+                raise ValueError(f"probe.{name} must be >= 0, got {getattr(self, name)}")
 
 
 def load_or_create_states(path: Path, make: Callable[[], Tensor]) -> Tensor:
@@ -86,20 +98,33 @@ def load_or_create_states(path: Path, make: Callable[[], Tensor]) -> Tensor:
     return states
 
 
-def collect_states(env, n_states: int, seed: int = 0) -> Tensor:
-    """Observations from uniformly random actions in a gymnasium env (e.g. a held-out task).
+def collect_states(
+    env: gym.Env, n_states: int, seed: int = 0, actor: Actor | None = None, stride: int = 1, seed_reset: bool = True
+) -> Tensor:
+    """``n_states`` observations (N, obs_dim) from rollouts in a gymnasium env (e.g. a held-out task).
 
     :param env: a gymnasium ``Env`` (not vectorized)
+    :param seed: seeds the random actions and, with ``seed_reset``, the first ``reset``
+    :param actor: obs -> action (e.g. a scripted expert, seeded by its builder); None = uniformly
+        random actions from ``env.action_space``
+    :param stride: keep one state every ``stride`` steps (less temporal correlation)
+    :param seed_reset: ``reset(seed=seed)`` first; False keeps the env's own seeding (MetaWorld
+        takes its seed at construction and ignores ``reset(seed=)``)
     """
-    obs, _ = env.reset(seed=seed)
-    env.action_space.seed(seed)
-    rows = []
+    obs, _ = env.reset(seed=seed) if seed_reset else env.reset()
+    if actor is None:
+        env.action_space.seed(seed)
+        actor = lambda _obs: env.action_space.sample()  # noqa: E731
+    rows: list[np.ndarray] = []
+    t = 0
     while len(rows) < n_states:
-        rows.append(np.asarray(obs, dtype=np.float32).reshape(-1))
-        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if t % stride == 0:
+            rows.append(np.asarray(obs, dtype=np.float32).reshape(-1))
+        obs, _, terminated, truncated, _ = env.step(actor(obs))
+        t += 1
         if terminated or truncated:
             obs, _ = env.reset()
-    return torch.as_tensor(np.stack(rows))
+    return torch.as_tensor(np.stack(rows))  # (N, obs_dim)
 
 
 def _buffer_states(model, n_states: int, gen: torch.Generator) -> Tensor | None:
@@ -126,11 +151,17 @@ class PlasticityProbe(BaseCallback):
     :param states: explicit probe states (N, obs_dim), e.g. from :func:`collect_states` on a
         held-out task; saved to ``run_dir`` when that file does not exist yet. Without either, the
         first rollout's observations become the probe batch.
-    :param config: :class:`ProbeConfig`
+    :param config: :class:`ProbeConfig`; its ``every`` must be >= 1 here (e.g. 10 000)
+    :param seed: seed of the state sampling and of the gradient-norm minibatch
     """
 
-    def __init__(self, run_dir: str | Path | None = None, states: Tensor | None = None, config: ProbeConfig = ProbeConfig(), verbose: int = 0) -> None:
+    def __init__(
+        self, run_dir: str | Path | None = None, states: Tensor | None = None, *, config: ProbeConfig, seed: int = 0, verbose: int = 0
+    ) -> None:
         super().__init__(verbose)
+        if config.every < 1:
+            raise ValueError(f"PlasticityProbe needs probe.every >= 1 env steps, got {config.every} (0 means 'at every periodic evaluation', which only a continual run resolves)")
+        self.seed = seed
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.config = config
         self._given = states
@@ -158,12 +189,12 @@ class PlasticityProbe(BaseCallback):
         return every > 0 and self.num_timesteps - self._last[key] >= every
 
     def _on_rollout_end(self) -> None:
-        if self._due("core", self.config.probe_every):
+        if self._due("core", self.config.every):
             self.probe()
 
     def _ensure_states(self) -> Tensor | None:
         if self.states is None:
-            gen = torch.Generator().manual_seed(self.config.seed)
+            gen = torch.Generator().manual_seed(self.seed)
             found = _buffer_states(self.model, self.config.n_states, gen)
             if found is None:
                 return None
@@ -182,14 +213,14 @@ class PlasticityProbe(BaseCallback):
         view = actor_view(policy)
         values = plasticity_group(view, obs)
         values.update(routing_group(view, obs, cfg.knn))
-        grad = actor_grad(self.model, view, obs, cfg.n_states, cfg.seed)
+        grad = actor_grad(self.model, view, obs, cfg.n_states, self.seed)
         if grad is not None:
             values["plasticity/grad_norm"] = grad.norm
         critic = critic_view(policy) if cfg.critic else None
         if critic is not None:
             values["plasticity/critic_entk_rank"] = entk_rank(critic, obs)
         if cfg.online:
-            online = _buffer_states(self.model, cfg.n_states, torch.Generator().manual_seed(cfg.seed + self.num_timesteps))
+            online = _buffer_states(self.model, cfg.n_states, torch.Generator().manual_seed(self.seed + self.num_timesteps))
             if online is not None:
                 online = online.to(policy.device)
                 values.update(plasticity_group(view, online, suffix="_online"))

@@ -29,7 +29,7 @@ from rl_moe.regularizers.parseval import Parseval
 from rl_moe.regularizers.redo import ReDo
 from rl_moe.regularizers.sdmoe import SDRefresh
 from rl_moe.regularizers.specreg import SpectralReg
-from rl_moe.regularizers.sphere import SPHERE_PRESETS, Sphere, SphereConfig, sphere_config
+from rl_moe.regularizers.sphere import Sphere, SphereConfig, sphere_config
 
 #: Regularizers by method name (CLI ``--method``); each key is also the class's ``name`` and its
 #: log tag (``train/loss_<name>``).
@@ -69,7 +69,6 @@ def make_regularizer(name: str, **kwargs: Any) -> Regularizer:
 __all__ = [
     "PHASES",
     "REGISTRY",
-    "SPHERE_PRESETS",
     "CChain",
     "ContinualBackprop",
     "DSCAux",

@@ -19,7 +19,7 @@ A negative rho is the sign-flip intervention (Table 21): it rewards anisotropy.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
 
@@ -96,25 +96,14 @@ class SphereConfig:
         return asdict(self)
 
 
-#: Per-suite presets (SPHERE Table 2: rho = 0.1 on MetaWorld, 1e-3 on HumanoidBench).
-SPHERE_PRESETS: dict[str, SphereConfig] = {
-    "metaworld": SphereConfig(rho=0.1),
-    "cw10": SphereConfig(rho=0.1),
-    "cw20": SphereConfig(rho=0.1),
-    "humanoidbench": SphereConfig(rho=1e-3),
-    "hb5": SphereConfig(rho=1e-3),
-    "smoke": SphereConfig(rho=0.1),
-}
-
-
-def sphere_config(suite: str | None = None, **overrides: Any) -> SphereConfig:
-    """The preset of ``suite`` (default: MetaWorld) with ``overrides`` applied."""
-    if suite is not None:
-        check_choice(suite, SPHERE_PRESETS, "suite")
+def sphere_config(**overrides: Any) -> SphereConfig:
+    """The default config (the paper's MetaWorld setup) with ``overrides`` applied; an unknown
+    option is a ``ValueError`` naming the valid ones. Per-suite values (HumanoidBench's rho=1e-3)
+    live in the suite files (``rl_moe/continual/suites/*.json``, ``regularizers.sphere``)."""
     unknown = sorted(set(overrides) - set(SphereConfig.__dataclass_fields__))
     if unknown:
         raise ValueError(f"unknown SPHERE option {unknown[0]!r}; valid choices: {', '.join(SphereConfig.__dataclass_fields__)}")
-    return replace(SPHERE_PRESETS[suite] if suite else SphereConfig(), **overrides)
+    return SphereConfig(**overrides)
 
 
 def sphere_value(stats: GramStats, alpha: float | None = None) -> Tensor:
@@ -156,18 +145,17 @@ LOSS_COEF_RULES: dict[str, Callable[[float, Tensor, Tensor, float], float | Tens
 class Sphere(Regularizer):
     """The SPHERE penalty as a learner hook.
 
-    ``Sphere()`` is the paper's MetaWorld setup; ``Sphere(suite="humanoidbench")`` picks rho=1e-3;
-    keyword arguments override :class:`SphereConfig` fields, e.g. ``Sphere(placement="critic")``.
+    ``Sphere()`` is the paper's MetaWorld setup; keyword arguments override :class:`SphereConfig`
+    fields, e.g. ``Sphere(placement="critic")`` or ``Sphere(rho=1e-3)`` (HumanoidBench, Table 2).
 
-    :param config: full configuration (``suite``/``overrides`` are applied on top when given)
-    :param suite: a key of :data:`SPHERE_PRESETS`
+    :param config: full configuration (``overrides`` are applied on top when given)
     """
 
     name = "sphere"
 
-    def __init__(self, config: SphereConfig | None = None, suite: str | None = None, **overrides: Any) -> None:
-        base = sphere_config(suite) if config is None else config
-        self.config = sphere_config(None, **{**base.to_dict(), **overrides}) if overrides else base
+    def __init__(self, config: SphereConfig | None = None, **overrides: Any) -> None:
+        base = SphereConfig() if config is None else config
+        self.config = sphere_config(**{**base.to_dict(), **overrides}) if overrides else base
         self.roles = check_target(self.config.placement, "placement")
         self._calls = 0
         self._last: dict[str, float] = {}
