@@ -11,7 +11,7 @@ Lifecycle hooks run when training starts, on task start and after each optimizer
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -134,9 +134,12 @@ class Regularizer:
     """Base class: every hook is optional; override what you need.
 
     :param name: the loss-term name used in the logger (``train/loss_<name>``)
+    :param config_class: the frozen dataclass of its settings, for a regularizer in
+        :data:`rl_moe.regularizers.REGISTRY` (built as ``cls(config=None, **overrides)``)
     """
 
     name: str = "regularizer"
+    config_class: ClassVar[type]
 
     @property
     def graph_safe(self) -> bool:

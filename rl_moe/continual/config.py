@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import math
 import typing
@@ -87,7 +86,8 @@ class RunConfig:
     :param td3: TD3 settings (resolved preset + overrides)
     :param eval: evaluation settings
     :param probe: plasticity-probe settings (:class:`~rl_moe.diagnostics.probe.ProbeConfig`)
-    :param regularizers: regularizer name -> constructor kwargs (suite defaults + overrides)
+    :param regularizers: regularizer name -> fields of its config dataclass set by the learner, the
+        suite or ``--set`` (the rest keep the dataclass defaults)
     :param reference: RL-protocol run folder for forward transfer, or None
     :param created: UTC timestamp ``YYYYmmdd-HHMMSS``
     """
@@ -207,16 +207,10 @@ def parse_value(text: str, hint: Any, key: str) -> Any:
 
 
 def regularizer_fields(name: str) -> dict[str, Any]:
-    """The typed settings of regularizer ``name``: field -> type hint (its constructor's keyword
-    arguments; SPHERE's are the fields of its config dataclass)."""
-    from rl_moe.regularizers import REGISTRY, SphereConfig
+    """The typed settings of regularizer ``name``: field -> type hint of its config dataclass."""
+    from rl_moe.regularizers import REGISTRY
 
-    cls = REGISTRY[name]
-    hints = typing.get_type_hints(cls.__init__)
-    fields = {p: hints.get(p, str) for p in inspect.signature(cls.__init__).parameters if p not in ("self", "config", "overrides")}
-    if name == "sphere":
-        fields.update(typing.get_type_hints(SphereConfig))
-    return fields
+    return typing.get_type_hints(REGISTRY[name].config_class)
 
 
 def parse_regularizer_override(name: str, field_name: str, text: str, used: tuple[str, ...]) -> Any:

@@ -1,5 +1,8 @@
 """Regularizers: SPHERE and the plasticity baselines, in a registry by name.
 
+Each regularizer takes a frozen settings dataclass (its class's ``config_class``, defined in its
+module) or keyword arguments overriding that dataclass's fields.
+
 The hook interface they implement (:class:`Regularizer`, :class:`LossContext`, :class:`Penalty`)
 lives with the learners in :mod:`rl_moe.algos.hooks` and is re-exported here.
 """
@@ -20,19 +23,19 @@ from rl_moe.algos.hooks import (
     loss_context,
     scaled_coef,
 )
-from rl_moe.regularizers.cbp import ContinualBackprop
-from rl_moe.regularizers.cchain import CChain
-from rl_moe.regularizers.dsc import DSCAux
-from rl_moe.regularizers.load_balance import LoadBalance
-from rl_moe.regularizers.ortho import Orthogonality
-from rl_moe.regularizers.parseval import Parseval
-from rl_moe.regularizers.redo import ReDo
-from rl_moe.regularizers.sdmoe import SDRefresh
-from rl_moe.regularizers.specreg import SpectralReg
+from rl_moe.regularizers.cbp import CBPConfig, ContinualBackprop
+from rl_moe.regularizers.cchain import CChain, CChainConfig
+from rl_moe.regularizers.dsc import DSCAux, DSCConfig
+from rl_moe.regularizers.load_balance import LoadBalance, LoadBalanceConfig
+from rl_moe.regularizers.ortho import OrthoConfig, Orthogonality
+from rl_moe.regularizers.parseval import Parseval, ParsevalConfig
+from rl_moe.regularizers.redo import ReDo, ReDoConfig
+from rl_moe.regularizers.sdmoe import SDMoEConfig, SDRefresh
+from rl_moe.regularizers.specreg import SpecRegConfig, SpectralReg
 from rl_moe.regularizers.sphere import Sphere, SphereConfig, sphere_config
 
 #: Regularizers by method name (CLI ``--method``); each key is also the class's ``name`` and its
-#: log tag (``train/loss_<name>``).
+#: log tag (``train/loss_<name>``). Each class's ``config_class`` holds its settings and defaults.
 REGISTRY: dict[str, type[Regularizer]] = {
     "sphere": Sphere,
     "parseval": Parseval,
@@ -48,36 +51,36 @@ REGISTRY: dict[str, type[Regularizer]] = {
 
 
 def make_regularizer(name: str, **kwargs: Any) -> Regularizer:
-    """Build the regularizer registered as ``name`` with its keyword arguments.
+    """Build the regularizer registered as ``name``; ``kwargs`` are fields of its ``config_class``.
 
-    :raises ValueError: for an unknown name or argument, naming the valid choices
+    :raises ValueError: for an unknown name or field, naming the valid choices, or a bad value
     """
     if name not in REGISTRY:
         raise ValueError(f"unknown regularizer {name!r}; valid choices: {', '.join(REGISTRY)}")
-    cls = REGISTRY[name]
-    try:
-        return cls(**kwargs)
-    except TypeError as err:
-        import inspect
-
-        valid = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "config", "overrides")]
-        if cls is Sphere:
-            valid += list(SphereConfig.__dataclass_fields__)
-        raise ValueError(f"bad arguments for regularizer {name!r} ({err}); valid choices: {', '.join(valid)}") from None
+    return REGISTRY[name](**kwargs)
 
 
 __all__ = [
     "PHASES",
     "REGISTRY",
+    "CBPConfig",
     "CChain",
+    "CChainConfig",
     "ContinualBackprop",
     "DSCAux",
+    "DSCConfig",
     "LoadBalance",
+    "LoadBalanceConfig",
     "LossContext",
+    "OrthoConfig",
     "Orthogonality",
     "Parseval",
+    "ParsevalConfig",
     "Penalty",
     "ReDo",
+    "ReDoConfig",
+    "SDMoEConfig",
+    "SpecRegConfig",
     "RoleStep",
     "SDRefresh",
     "Regularizer",

@@ -17,13 +17,14 @@ maturity 10000, eta 0.99.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from rl_moe.algos.hooks import LossContext, Regularizer
-from rl_moe.regularizers.targets import active_roles, check_target, module_names
+from rl_moe.regularizers.targets import TARGETS, active_roles, build_config, check_target, module_names
 from rl_moe.regularizers.units import ExpertUnits, GateUnits, UnitLayer, unit_layers
 
 #: Tag of the gate layer in saved state (expert layers use their index).
@@ -50,27 +51,43 @@ class _LayerState:
         self.budget = torch.zeros(e, dtype=torch.float64, device=dev)
 
 
-class ContinualBackprop(Regularizer):
-    """Selective reinitialisation of low-utility mature units (no loss term).
+@dataclass(frozen=True)
+class CBPConfig:
+    """Continual backprop settings.
 
-    :param replacement_rate: units replaced per eligible unit per step (1e-4)
-    :param maturity: steps a unit is protected after (re)initialisation (10000)
-    :param decay: running-average decay eta (0.99)
+    :param replacement_rate: units replaced per eligible unit per step
+    :param maturity: steps a unit is protected after (re)initialisation
+    :param decay: running-average decay eta
     :param target: ``actor``, ``critic`` or ``both``
     :param gate: also replace units of the gate's last hidden layer
     """
 
-    name = "cbp"
+    replacement_rate: float = 1e-4
+    maturity: int = 10000
+    decay: float = 0.99
+    target: str = "actor"
+    gate: bool = True
 
-    def __init__(
-        self, replacement_rate: float = 1e-4, maturity: int = 10000, decay: float = 0.99, target: str = "actor", gate: bool = True
-    ) -> None:
-        if not 0.0 <= replacement_rate <= 1.0:
-            raise ValueError(f"replacement_rate must be in [0, 1], got {replacement_rate}")
-        if not 0.0 < decay < 1.0:
-            raise ValueError(f"decay must be in (0, 1), got {decay}")
-        self.rate, self.maturity, self.decay, self.gate = replacement_rate, maturity, decay, gate
-        self.roles = check_target(target)
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.replacement_rate <= 1.0:
+            raise ValueError(f"replacement_rate must be in [0, 1], got {self.replacement_rate}")
+        if not 0.0 < self.decay < 1.0:
+            raise ValueError(f"decay must be in (0, 1), got {self.decay}")
+        check_target(self.target)
+
+
+class ContinualBackprop(Regularizer):
+    """Selective reinitialisation of low-utility mature units (no loss term).
+
+    :param config: the settings (default :class:`CBPConfig`); ``overrides`` replace some fields
+    """
+
+    name = "cbp"
+    config_class = CBPConfig
+
+    def __init__(self, config: CBPConfig | None = None, **overrides: Any) -> None:
+        self.config = build_config(CBPConfig, config, overrides, self.name)
+        self.roles = TARGETS[self.config.target]
         self._states: dict[tuple[int, int | str], _LayerState] = {}
         #: Per role, the layers updated by the latest :meth:`observe` and the role's optimizer.
         self._touched: dict[str, tuple[list[_LayerState], list[Any]]] = {}
@@ -87,7 +104,7 @@ class ContinualBackprop(Regularizer):
         for step in ctx.active(self.roles):
             touched = []
             for net, out in step.pairs():
-                for units, stats in unit_layers(net, out, self.gate):
+                for units, stats in unit_layers(net, out, self.config.gate):
                     st = self._state(units)
                     self.update_utility(st, *stats)
                     touched.append(st)
@@ -98,7 +115,7 @@ class ContinualBackprop(Regularizer):
         """One running-average step for groups (experts) that received rows; every unit ages."""
         new_util = mean_abs * st.units.out_weights().detach().abs().mean(dim=2)  # (E, H)
         seen = (rows > 0)[:, None]  # (E, 1)
-        d = self.decay
+        d = self.config.decay
         st.util = torch.where(seen, d * st.util + (1 - d) * new_util, st.util)
         st.mean = torch.where(seen, d * st.mean + (1 - d) * mean, st.mean)
         st.age += 1
@@ -112,13 +129,13 @@ class ContinualBackprop(Regularizer):
     @torch.no_grad()
     def replace(self, st: _LayerState, opts: list[Any]) -> int:
         """Spend the layer's budget on its lowest-utility mature units; returns units replaced."""
-        mature = st.age > self.maturity  # (E, H)
-        st.budget += self.rate * mature.sum(dim=1).double()
+        mature = st.age > self.config.maturity  # (E, H)
+        st.budget += self.config.replacement_rate * mature.sum(dim=1).double()
         n_new = torch.minimum(st.budget.floor(), mature.sum(dim=1).double()).long()  # (E,)
         st.budget -= n_new.double()
         count = 0
         for e in torch.nonzero(n_new).flatten().tolist():
-            corr = 1 - self.decay ** st.age[e].double()  # (H,) bias correction
+            corr = 1 - self.config.decay ** st.age[e].double()  # (H,) bias correction
             util = torch.where(mature[e], st.util[e].double() / corr, torch.full_like(corr, float("inf")))
             units = torch.topk(util, int(n_new[e]), largest=False).indices
             # The next layer (or head, or logits) sees h_i w_out[i] on average; move that into its bias.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,7 +26,7 @@ from torch import Tensor, nn
 
 from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
 from rl_moe.policies import policy_roles
-from rl_moe.regularizers.targets import active_roles, check_target, module_names
+from rl_moe.regularizers.targets import TARGETS, active_roles, build_config, check_target, module_names
 
 
 class _Snapshot:
@@ -57,23 +58,44 @@ class _Snapshot:
         self.pending, self.ready = None, True
 
 
-class CChain(Regularizer):
-    """Churn reduction towards the previous-update network.
+@dataclass(frozen=True)
+class CChainConfig:
+    """C-CHAIN settings.
 
-    :param target_ratio: 0.05, the target ratio of the churn term to the policy loss
-    :param initial_coef: c during warm-up (100)
-    :param warmup: updates using ``initial_coef`` (50)
-    :param window: updates in the running means (100)
+    :param target_ratio: the target ratio of the churn term to the policy loss
+    :param initial_coef: c during warm-up
+    :param warmup: updates using ``initial_coef``
+    :param window: updates in the running means
     :param target: ``actor``, ``critic`` or ``both``
     """
 
-    name = "cchain"
+    target_ratio: float = 0.05
+    initial_coef: float = 100.0
+    warmup: int = 50
+    window: int = 100
+    target: str = "actor"
 
-    def __init__(
-        self, target_ratio: float = 0.05, initial_coef: float = 100.0, warmup: int = 50, window: int = 100, target: str = "actor"
-    ) -> None:
-        self.target_ratio, self.initial_coef, self.warmup = target_ratio, initial_coef, warmup
-        self.roles = check_target(target)
+    def __post_init__(self) -> None:
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        if self.window < 1:
+            raise ValueError(f"window must be >= 1, got {self.window}")
+        check_target(self.target)
+
+
+class CChain(Regularizer):
+    """Churn reduction towards the previous-update network.
+
+    :param config: the settings (default :class:`CChainConfig`); ``overrides`` replace some fields
+    """
+
+    name = "cchain"
+    config_class = CChainConfig
+
+    def __init__(self, config: CChainConfig | None = None, **overrides: Any) -> None:
+        self.config = build_config(CChainConfig, config, overrides, self.name)
+        window = self.config.window
+        self.roles = TARGETS[self.config.target]
         self._snaps: dict[int, _Snapshot] = {}
         self._pg: dict[str, deque[float]] = {r: deque(maxlen=window) for r in self.roles}
         self._reg: dict[str, deque[float]] = {r: deque(maxlen=window) for r in self.roles}
@@ -92,9 +114,10 @@ class CChain(Regularizer):
 
     def coefficient(self, role: str) -> float:
         pg, reg = self._pg[role], self._reg[role]
-        if len(pg) < self.warmup or sum(reg) <= 0:
-            return self.initial_coef
-        return self.target_ratio * (sum(abs(v) for v in pg) / len(pg)) / (sum(reg) / len(reg))
+        cfg = self.config
+        if len(pg) < cfg.warmup or sum(reg) <= 0:
+            return cfg.initial_coef
+        return cfg.target_ratio * (sum(abs(v) for v in pg) / len(pg)) / (sum(reg) / len(reg))
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         terms = []

@@ -10,10 +10,13 @@ weights and returns them. Defaults are the paper's App. A.3 settings.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 
 from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import check_target
+from rl_moe.regularizers.targets import TARGETS, build_config, check_target
 
 #: Term name -> aux key of the network output (the budget is computed here from ``dsc_signal``).
 TERMS: tuple[str, ...] = ("balance", "budget", "frame", "z")
@@ -24,27 +27,44 @@ def budget_loss(signal: torch.Tensor, mu: float) -> torch.Tensor:
     return torch.relu(mu - signal).pow(2).sum()
 
 
-class DSCAux(Regularizer):
-    """The four DSC auxiliary losses of every DSC network in the target roles.
+@dataclass(frozen=True)
+class DSCConfig:
+    """DSC auxiliary-loss settings.
 
-    :param balance: lambda_1 of the load-balance loss (0.01)
-    :param budget: lambda_2 of the budget loss (0.01)
-    :param mu: budget target mu (1.0)
-    :param frame: lambda_3 of the frame potential (0.001)
-    :param z: lambda_z of the logit-range loss (1e-4)
+    :param balance: lambda_1 of the load-balance loss
+    :param budget: lambda_2 of the budget loss
+    :param mu: budget target mu
+    :param frame: lambda_3 of the frame potential
+    :param z: lambda_z of the logit-range loss
     :param target: ``actor`` (default), ``critic`` or ``both``; TD3 runs default to ``both`` since
         their critics carry the method's network (``AlgoSpec.regularizer_defaults`` in
         :mod:`rl_moe.continual.learners`)
     """
 
-    name = "dsc"
+    balance: float = 0.01
+    budget: float = 0.01
+    mu: float = 1.0
+    frame: float = 1e-3
+    z: float = 1e-4
+    target: str = "actor"
 
-    def __init__(
-        self, balance: float = 0.01, budget: float = 0.01, mu: float = 1.0, frame: float = 1e-3, z: float = 1e-4, target: str = "actor"
-    ) -> None:
-        self.coefs = {"balance": balance, "budget": budget, "frame": frame, "z": z}
-        self.mu = mu
-        self.roles = check_target(target)
+    def __post_init__(self) -> None:
+        check_target(self.target)
+
+
+class DSCAux(Regularizer):
+    """The four DSC auxiliary losses of every DSC network in the target roles.
+
+    :param config: the settings (default :class:`DSCConfig`); ``overrides`` replace some fields
+    """
+
+    name = "dsc"
+    config_class = DSCConfig
+
+    def __init__(self, config: DSCConfig | None = None, **overrides: Any) -> None:
+        self.config = cfg = build_config(DSCConfig, config, overrides, self.name)
+        self.coefs = {"balance": cfg.balance, "budget": cfg.budget, "frame": cfg.frame, "z": cfg.z}
+        self.roles = TARGETS[cfg.target]
 
     @property
     def graph_safe(self) -> bool:
@@ -58,7 +78,7 @@ class DSCAux(Regularizer):
                 continue
             losses = {
                 "balance": sum(o.aux["dsc_balance"] for o in outs),
-                "budget": sum(budget_loss(o.aux["dsc_signal"], self.mu) for o in outs),
+                "budget": sum(budget_loss(o.aux["dsc_signal"], self.config.mu) for o in outs),
                 "frame": sum(o.aux["dsc_frame"] for o in outs),
                 "z": sum(o.aux["dsc_z"] for o in outs),
             }

@@ -8,22 +8,40 @@ without a router (dense MLP) add nothing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import check_target
+from rl_moe.regularizers.targets import TARGETS, build_config, check_target
+
+
+@dataclass(frozen=True)
+class LoadBalanceConfig:
+    """Load-balancing loss settings.
+
+    :param coef: lambda (Switch Transformer's alpha)
+    :param target: ``actor``, ``critic`` or ``both``
+    """
+
+    coef: float = 0.01
+    target: str = "actor"
+
+    def __post_init__(self) -> None:
+        check_target(self.target)
 
 
 class LoadBalance(Regularizer):
     """Auxiliary load-balancing loss of the target's routers.
 
-    :param coef: lambda (0.01, Switch Transformer's alpha)
-    :param target: ``actor``, ``critic`` or ``both``
+    :param config: the settings (default :class:`LoadBalanceConfig`); ``overrides`` replace some fields
     """
 
     name = "load_balance"
+    config_class = LoadBalanceConfig
 
-    def __init__(self, coef: float = 0.01, target: str = "actor") -> None:
-        self.coef = coef
-        self.roles = check_target(target)
+    def __init__(self, config: LoadBalanceConfig | None = None, **overrides: Any) -> None:
+        self.config = build_config(LoadBalanceConfig, config, overrides, self.name)
+        self.roles = TARGETS[self.config.target]
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         terms = []
@@ -31,5 +49,5 @@ class LoadBalance(Regularizer):
             losses = [out.aux["load_balance"] for _, out in step.pairs() if "load_balance" in out.aux]
             if losses:
                 name = self.name if len(self.roles) == 1 else f"{self.name}_{step.role.name}"
-                terms.append(Penalty(name, sum(losses), self.coef))
+                terms.append(Penalty(name, sum(losses), self.config.coef))
         return terms

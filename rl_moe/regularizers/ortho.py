@@ -7,10 +7,13 @@ a stack with one expert (dense MLP) contributes 0.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from torch import Tensor
 
 from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import check_target, expert_stacks
+from rl_moe.regularizers.targets import TARGETS, build_config, check_target, expert_stacks
 
 
 def orthogonality_loss(w: Tensor) -> Tensor:
@@ -21,18 +24,33 @@ def orthogonality_loss(w: Tensor) -> Tensor:
     return (cos.pow(2).sum() - cos.diagonal().pow(2).sum()) / 2
 
 
-class Orthogonality(Regularizer):
-    """Pairwise squared cosine of the experts' first-layer weights.
+@dataclass(frozen=True)
+class OrthoConfig:
+    """Expert orthogonality settings.
 
-    :param coef: lambda (1e-3, the paper's cross-dataset setting)
+    :param coef: lambda (the paper's cross-dataset setting)
     :param target: ``actor``, ``critic`` or ``both``
     """
 
-    name = "ortho"
+    coef: float = 1e-3
+    target: str = "actor"
 
-    def __init__(self, coef: float = 1e-3, target: str = "actor") -> None:
-        self.coef = coef
-        self.roles = check_target(target)
+    def __post_init__(self) -> None:
+        check_target(self.target)
+
+
+class Orthogonality(Regularizer):
+    """Pairwise squared cosine of the experts' first-layer weights.
+
+    :param config: the settings (default :class:`OrthoConfig`); ``overrides`` replace some fields
+    """
+
+    name = "ortho"
+    config_class = OrthoConfig
+
+    def __init__(self, config: OrthoConfig | None = None, **overrides: Any) -> None:
+        self.config = build_config(OrthoConfig, config, overrides, self.name)
+        self.roles = TARGETS[self.config.target]
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         terms = []
@@ -41,5 +59,5 @@ class Orthogonality(Regularizer):
             if not stacks:
                 continue
             loss = sum(orthogonality_loss(s.weights[0]) for s in stacks)
-            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{step.role.name}", loss, self.coef))
+            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{step.role.name}", loss, self.config.coef))
         return terms

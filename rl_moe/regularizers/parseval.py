@@ -11,12 +11,15 @@ layers (the gate logits are an output), or every nn.Linear but the last of a pla
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from torch import Tensor
 
 from rl_moe.nn.experts import ACTIVATION_GAINS
 from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
 from rl_moe.policies import Role
-from rl_moe.regularizers.targets import WeightRef, check_target, role_hidden_weights
+from rl_moe.regularizers.targets import TARGETS, WeightRef, build_config, check_target, role_hidden_weights
 
 
 def parseval_loss(w: Tensor, scale: float) -> Tensor:
@@ -34,25 +37,41 @@ def _activation_scale(role: Role) -> float:
     return 2.0
 
 
-class Parseval(Regularizer):
-    """lambda * sum ||W W^T - s I||_F^2 over the target's hidden layers.
+@dataclass(frozen=True)
+class ParsevalConfig:
+    """Parseval regularization settings.
 
-    :param coef: lambda (1e-3, the MetaWorld setting)
+    :param coef: lambda (the MetaWorld setting)
     :param scale: s; None = gain^2 of the activation (2 for ReLU)
     :param target: ``actor``, ``critic`` or ``both``
     """
 
-    name = "parseval"
+    coef: float = 1e-3
+    scale: float | None = None
+    target: str = "actor"
 
-    def __init__(self, coef: float = 1e-3, scale: float | None = None, target: str = "actor") -> None:
-        self.coef, self.scale = coef, scale
-        self.roles = check_target(target)
+    def __post_init__(self) -> None:
+        check_target(self.target)
+
+
+class Parseval(Regularizer):
+    """lambda * sum ||W W^T - s I||_F^2 over the target's hidden layers.
+
+    :param config: the settings (default :class:`ParsevalConfig`); ``overrides`` replace some fields
+    """
+
+    name = "parseval"
+    config_class = ParsevalConfig
+
+    def __init__(self, config: ParsevalConfig | None = None, **overrides: Any) -> None:
+        self.config = build_config(ParsevalConfig, config, overrides, self.name)
+        self.roles = TARGETS[self.config.target]
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         terms = []
         for step in ctx.active(self.roles):
             refs: list[WeightRef] = role_hidden_weights(step.role)
-            scale = self.scale if self.scale is not None else _activation_scale(step.role)
+            scale = self.config.scale if self.config.scale is not None else _activation_scale(step.role)
             loss = sum(parseval_loss(r.rows_out(), scale) for r in refs)
-            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{step.role.name}", loss, self.coef))
+            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{step.role.name}", loss, self.config.coef))
         return terms

@@ -16,6 +16,7 @@ checked).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,7 +24,7 @@ from torch import Tensor
 
 from rl_moe.algos.hooks import LossContext, Regularizer
 from rl_moe.maths import dormant_scores
-from rl_moe.regularizers.targets import active_roles, check_target
+from rl_moe.regularizers.targets import TARGETS, active_roles, build_config, check_target
 from rl_moe.regularizers.units import UnitLayer, UnitStats, unit_layers
 
 
@@ -32,22 +33,39 @@ def dormant_units(stats: UnitStats, tau: float) -> Tensor:
     return (dormant_scores(stats.mean_abs) <= tau) & (stats.rows > 0)[:, None]
 
 
-class ReDo(Regularizer):
-    """Dormant-neuron recycling as a learner hook (no loss term).
+@dataclass(frozen=True)
+class ReDoConfig:
+    """ReDo settings.
 
-    :param tau: dormancy threshold (0.025 in the paper's default setting)
-    :param frequency: gradient steps between checks (1000)
+    :param tau: dormancy threshold (the paper's default setting)
+    :param frequency: gradient steps between checks
     :param target: ``actor``, ``critic`` or ``both``
     :param gate: also recycle dormant units of the gate's last hidden layer
     """
 
-    name = "redo"
+    tau: float = 0.025
+    frequency: int = 1000
+    target: str = "actor"
+    gate: bool = True
 
-    def __init__(self, tau: float = 0.025, frequency: int = 1000, target: str = "actor", gate: bool = True) -> None:
-        if frequency < 1:
-            raise ValueError(f"frequency must be >= 1, got {frequency}")
-        self.tau, self.frequency, self.gate = tau, frequency, gate
-        self.roles = check_target(target)
+    def __post_init__(self) -> None:
+        if self.frequency < 1:
+            raise ValueError(f"frequency must be >= 1, got {self.frequency}")
+        check_target(self.target)
+
+
+class ReDo(Regularizer):
+    """Dormant-neuron recycling as a learner hook (no loss term).
+
+    :param config: the settings (default :class:`ReDoConfig`); ``overrides`` replace some fields
+    """
+
+    name = "redo"
+    config_class = ReDoConfig
+
+    def __init__(self, config: ReDoConfig | None = None, **overrides: Any) -> None:
+        self.config = build_config(ReDoConfig, config, overrides, self.name)
+        self.roles = TARGETS[self.config.target]
         self._steps: dict[str, int] = {}
         #: Per role due for a check: (layer, statistics) pairs of the latest minibatch and the optimizer.
         self._pending: dict[str, tuple[list[tuple[UnitLayer, UnitStats]], list[Any]]] = {}
@@ -56,22 +74,22 @@ class ReDo(Regularizer):
     def observe(self, ctx: LossContext) -> None:
         for step in ctx.active(self.roles):
             role = step.role.name
-            due = (self._steps.get(role, 0) + 1) % self.frequency == 0
+            due = (self._steps.get(role, 0) + 1) % self.config.frequency == 0
             if due:  # only keep activations when a check follows this step
-                layers = [pair for net, out in step.pairs() for pair in unit_layers(net, out, self.gate)]
+                layers = [pair for net, out in step.pairs() for pair in unit_layers(net, out, self.config.gate)]
                 self._pending[role] = (layers, [step.role.optimizer] if step.role.optimizer is not None else [])
 
     def after_update(self, algo: Any, phase: str) -> None:
         for role in active_roles(phase, self.roles):
             self._steps[role] = self._steps.get(role, 0) + 1
-            if self._steps[role] % self.frequency == 0:
+            if self._steps[role] % self.config.frequency == 0:
                 self.n_reset += self.recycle(*self._pending.pop(role, ([], [])))
 
     def recycle(self, layers: list[tuple[UnitLayer, UnitStats]], opts: list[Any]) -> int:
         """Reset every dormant unit of ``(layer, statistics)`` pairs; returns how many."""
         count = 0
         for units, stats in layers:
-            mask = dormant_units(stats, self.tau)  # (E, H)
+            mask = dormant_units(stats, self.config.tau)  # (E, H)
             for e in torch.nonzero(mask.any(dim=1)).flatten().tolist():
                 idx = torch.nonzero(mask[e]).flatten()
                 units.reinit(e, idx, opts)

@@ -9,38 +9,54 @@ SD-MoE stacks of the networks that phase trains. It adds no loss term.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from rl_moe.algos.hooks import Regularizer
 from rl_moe.policies import policy_roles
-from rl_moe.regularizers.targets import active_roles, check_target, expert_stacks
+from rl_moe.regularizers.targets import TARGETS, active_roles, build_config, check_target, expert_stacks
 
 if TYPE_CHECKING:  # pragma: no cover
     from stable_baselines3.common.base_class import BaseAlgorithm
 
 
-class SDRefresh(Regularizer):
-    """Refreshes SD-MoE's shared bases from an SVD of W_c.
+@dataclass(frozen=True)
+class SDMoEConfig:
+    """SD-MoE basis refresh settings.
 
     :param svd_every: optimizer steps between refreshes (the paper's 16)
     :param target: ``actor``, ``critic`` or ``both`` (default: every SD-MoE network there is)
     """
 
-    name = "sdmoe"
+    svd_every: int = 16
+    target: str = "both"
 
-    def __init__(self, svd_every: int = 16, target: str = "both") -> None:
-        if svd_every < 1:
-            raise ValueError(f"svd_every must be >= 1, got {svd_every}")
-        self.svd_every = svd_every
-        self.roles = check_target(target)
+    def __post_init__(self) -> None:
+        if self.svd_every < 1:
+            raise ValueError(f"svd_every must be >= 1, got {self.svd_every}")
+        check_target(self.target)
+
+
+class SDRefresh(Regularizer):
+    """Refreshes SD-MoE's shared bases from an SVD of W_c.
+
+    :param config: the settings (default :class:`SDMoEConfig`); ``overrides`` replace some fields
+    """
+
+    name = "sdmoe"
+    config_class = SDMoEConfig
+
+    def __init__(self, config: SDMoEConfig | None = None, **overrides: Any) -> None:
+        self.config = build_config(SDMoEConfig, config, overrides, self.name)
+        self.roles = TARGETS[self.config.target]
         self.steps: dict[str, int] = {}
         self.refreshes = 0
 
     def after_update(self, algo: "BaseAlgorithm", phase: str) -> None:
         self.steps[phase] = self.steps.get(phase, 0) + 1
-        if self.steps[phase] % self.svd_every:
+        if self.steps[phase] % self.config.svd_every:
             return
         from rl_moe.nn.sdmoe import SpectralExperts
 

@@ -10,6 +10,7 @@ Parseval (expert layers but heads, gate body layers; plain nets: every Linear bu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,7 +18,7 @@ from torch import Tensor
 
 from rl_moe.maths import SingularPair, power_iteration, top_singular_value
 from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import check_target, parameter_names, role_hidden_weights
+from rl_moe.regularizers.targets import TARGETS, build_config, check_target, parameter_names, role_hidden_weights
 
 
 class PowerIteration:
@@ -55,18 +56,33 @@ def spectral_loss(w: Tensor, it: PowerIteration) -> Tensor:
     return (it.sigma(w).pow(2) - 1).pow(2).sum()
 
 
-class SpectralReg(Regularizer):
-    """lambda * sum (sigma_max^2 - 1)^2 over the target's hidden layers.
+@dataclass(frozen=True)
+class SpecRegConfig:
+    """Spectral regularization settings.
 
-    :param coef: lambda (1e-4)
+    :param coef: lambda
     :param target: ``actor``, ``critic`` or ``both``
     """
 
-    name = "specreg"
+    coef: float = 1e-4
+    target: str = "actor"
 
-    def __init__(self, coef: float = 1e-4, target: str = "actor") -> None:
-        self.coef = coef
-        self.roles = check_target(target)
+    def __post_init__(self) -> None:
+        check_target(self.target)
+
+
+class SpectralReg(Regularizer):
+    """lambda * sum (sigma_max^2 - 1)^2 over the target's hidden layers.
+
+    :param config: the settings (default :class:`SpecRegConfig`); ``overrides`` replace some fields
+    """
+
+    name = "specreg"
+    config_class = SpecRegConfig
+
+    def __init__(self, config: SpecRegConfig | None = None, **overrides: Any) -> None:
+        self.config = build_config(SpecRegConfig, config, overrides, self.name)
+        self.roles = TARGETS[self.config.target]
         self._iters: dict[int, PowerIteration] = {}
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:
@@ -77,7 +93,7 @@ class SpectralReg(Regularizer):
                 w = ref.rows_out()  # (E, out, in)
                 it = self._iters.setdefault(id(ref.tensor), PowerIteration(w))
                 loss = loss + spectral_loss(w, it)
-            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{step.role.name}", loss, self.coef))
+            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{step.role.name}", loss, self.config.coef))
         return terms
 
     def state_dict(self, policy: Any) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from rl_moe.algos.hooks import GradScale, LossContext, Penalty, Regularizer
 from rl_moe.maths import effective_rank
 from rl_moe.nn import MoEOutput
 from rl_moe.regularizers.gram import FeatureBlock, GramStats, gram_stats, per_expert_stats
-from rl_moe.regularizers.targets import check_choice, check_target
+from rl_moe.regularizers.targets import TARGETS, build_config, check_choice, check_target
 
 COEF_MODES: tuple[str, ...] = ("adaptive", "fixed", "loss_ratio")
 LAYERS: tuple[str, ...] = ("last", "all", "joint")
@@ -100,10 +100,7 @@ def sphere_config(**overrides: Any) -> SphereConfig:
     """The default config (the paper's MetaWorld setup) with ``overrides`` applied; an unknown
     option is a ``ValueError`` naming the valid ones. Per-suite values (HumanoidBench's rho=1e-3)
     live in the suite files (``rl_moe/continual/suites/*.json``, ``regularizers.sphere``)."""
-    unknown = sorted(set(overrides) - set(SphereConfig.__dataclass_fields__))
-    if unknown:
-        raise ValueError(f"unknown SPHERE option {unknown[0]!r}; valid choices: {', '.join(SphereConfig.__dataclass_fields__)}")
-    return SphereConfig(**overrides)
+    return build_config(SphereConfig, None, overrides, "SPHERE")
 
 
 def sphere_value(stats: GramStats, alpha: float | None = None) -> Tensor:
@@ -152,11 +149,11 @@ class Sphere(Regularizer):
     """
 
     name = "sphere"
+    config_class = SphereConfig
 
     def __init__(self, config: SphereConfig | None = None, **overrides: Any) -> None:
-        base = SphereConfig() if config is None else config
-        self.config = sphere_config(**{**base.to_dict(), **overrides}) if overrides else base
-        self.roles = check_target(self.config.placement, "placement")
+        self.config = build_config(SphereConfig, config, overrides, "SPHERE")
+        self.roles = TARGETS[self.config.placement]
         self._calls = 0
         self._last: dict[str, float] = {}
         self._ratios: dict[str, float | Tensor] = {}

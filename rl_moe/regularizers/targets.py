@@ -1,4 +1,5 @@
-"""What a regularizer acts on: target roles, expert stacks and hidden weight matrices.
+"""What a regularizer acts on (target roles, expert stacks, hidden weight matrices) and the checks
+of its settings.
 
 A regularizer targets *roles* (``actor`` or ``critic``; ``both`` = the two). The learner hands it,
 per minibatch, the roles trained in the phase (:class:`~rl_moe.algos.hooks.RoleStep`: networks,
@@ -9,13 +10,16 @@ outputs, reference loss, parameters); lifecycle hooks get the policy's roles fro
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, TypeVar
 
 from torch import nn
 
 from rl_moe.algos.hooks import PHASE_ROLES
 from rl_moe.nn.specnorm import WeightRef, expert_stacks, hidden_weights
 from rl_moe.policies import Role
+
+C = TypeVar("C")
 
 ROLES: tuple[str, ...] = ("actor", "critic")
 #: ``target`` / ``placement`` values: the roles each one covers.
@@ -32,6 +36,21 @@ def check_target(target: str, what: str = "target") -> tuple[str, ...]:
 def check_choice(value: Any, choices: tuple[Any, ...] | dict[Any, Any], what: str) -> None:
     if value not in choices:
         raise ValueError(f"unknown {what} {value!r}; valid choices: {', '.join(map(str, choices))}")
+
+
+def build_config(config_class: type[C], config: C | None, overrides: dict[str, Any], what: str) -> C:
+    """``config`` (None: ``config_class``'s defaults) with ``overrides`` replacing fields; the
+    config's own checks run on the result.
+
+    :param what: the regularizer, as named in the error for an unknown field
+    :raises ValueError: for an unknown field, naming the valid ones, or a bad value
+    """
+    names = [f.name for f in dataclasses.fields(config_class)]  # type: ignore[arg-type]
+    unknown = sorted(set(overrides) - set(names))
+    if unknown:
+        raise ValueError(f"unknown {what} option {unknown[0]!r}; valid choices: {', '.join(names)}")
+    base = config_class() if config is None else config
+    return dataclasses.replace(base, **overrides) if overrides else base  # type: ignore[type-var]
 
 
 def active_roles(phase: str, roles: tuple[str, ...]) -> tuple[str, ...]:

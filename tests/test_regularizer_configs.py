@@ -1,0 +1,82 @@
+"""Every regularizer's settings: one typed config dataclass, settable from ``--set reg.<name>.<field>``."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from typing import Any
+
+import pytest
+
+from rl_moe.continual.config import apply_overrides, regularizer_fields
+from rl_moe.continual.errors import UsageError
+from rl_moe.regularizers import REGISTRY, make_regularizer
+
+#: A valid non-default value per field type, written as on the command line.
+OTHER: dict[Any, tuple[str, Any]] = {float: ("0.5", 0.5), int: ("3", 3), bool: ("false", False), float | None: ("none", None)}
+
+
+def _set(name: str, field: str, text: str) -> Any:
+    _, regs = apply_overrides({}, {}, [f"reg.{name}.{field}={text}"], used=(name,))
+    return regs[name][field]
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_config_is_the_one_source_of_settings(name: str) -> None:
+    cls = REGISTRY[name]
+    config_class = cls.config_class
+    assert dataclasses.is_dataclass(config_class) and config_class.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert list(inspect.signature(cls.__init__).parameters) == ["self", "config", "overrides"]  # no defaults of its own
+    assert make_regularizer(name).config == config_class()
+    hints = typing.get_type_hints(config_class)
+    assert regularizer_fields(name) == hints
+    for field in dataclasses.fields(config_class):
+        hint = hints[field.name]
+        if hint is str:  # a choice: target/placement takes "both", the others keep their default
+            text = "both" if field.name in ("target", "placement") else field.default
+            value = text
+        else:
+            text, value = OTHER[hint]
+        parsed = _set(name, field.name, text)
+        assert parsed == value and type(parsed) is type(value), (field.name, parsed)
+        assert getattr(make_regularizer(name, **{field.name: parsed}).config, field.name) == value
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_bad_settings_are_one_line_errors(name: str) -> None:
+    config_class = REGISTRY[name].config_class
+    hints = regularizer_fields(name)
+    numeric = next(f for f, h in hints.items() if h in (int, float))
+    with pytest.raises(UsageError, match=f"bad value 'abc' for reg.{name}.{numeric}") as err:
+        _set(name, numeric, "abc")
+    assert "\n" not in str(err.value)
+    with pytest.raises(UsageError, match=f"valid fields of reg.{name}: {', '.join(hints)}"):
+        _set(name, "nosuchfield", "1")
+    with pytest.raises(ValueError, match=f"valid choices: {', '.join(hints)}") as err_kw:
+        make_regularizer(name, nosuchfield=1)
+    assert "\n" not in str(err_kw.value)
+    where = "placement" if "placement" in hints else "target"
+    with pytest.raises(ValueError, match=f"unknown {where} 'gate'; valid choices: actor, critic, both") as err_range:
+        config_class(**{where: "gate"})
+    assert "\n" not in str(err_range.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "message"),
+    [
+        ("cbp", dict(replacement_rate=1.5), r"replacement_rate must be in \[0, 1\], got 1.5"),
+        ("cbp", dict(decay=1.0), r"decay must be in \(0, 1\), got 1.0"),
+        ("redo", dict(frequency=0), "frequency must be >= 1, got 0"),
+        ("sdmoe", dict(svd_every=0), "svd_every must be >= 1, got 0"),
+        ("cchain", dict(window=0), "window must be >= 1, got 0"),
+        ("sphere", dict(ratio_every=0), "ratio_every must be >= 1, got 0"),
+    ],
+)
+def test_range_checks_live_in_the_configs(name: str, kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        REGISTRY[name].config_class(**kwargs)
+    with pytest.raises(ValueError, match=message):
+        make_regularizer(name, **kwargs)
+    config = REGISTRY[name].config_class()
+    assert make_regularizer(name, config=config).config is config
