@@ -45,7 +45,7 @@ from rl_moe.continual.learners import LEARNERS, get_learner  # noqa: E402
 from rl_moe.continual.resolve import DEVICES, RunRequest, resolve  # noqa: E402
 from rl_moe.continual.rng import load as load_training_state  # noqa: E402
 from rl_moe.continual.results import Results, checkpoint_ok, load_regularizer_state  # noqa: E402
-from rl_moe.continual.rundir import RunDir  # noqa: E402
+from rl_moe.rundir import RunDir  # noqa: E402
 from rl_moe.continual.suites import builtin_suites  # noqa: E402
 
 EXIT_DIVERGED = 3

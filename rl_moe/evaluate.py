@@ -60,14 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def output_path(run_dir: Path, router: str, alpha: float) -> Path:
     """``RUN_DIR/reroute-<router>-a<alpha>.json``."""
-    from rl_moe.continual.rundir import RunDir
+    from rl_moe.rundir import RunDir
 
     return RunDir(run_dir).reroute(router, alpha)
 
 
 def _load(run_dir: Path) -> tuple[Any, dict[str, Any]]:
     from rl_moe.continual.config import RunConfig
-    from rl_moe.continual.rundir import RunDir
+    from rl_moe.rundir import RunDir
 
     files = RunDir(run_dir)
     for path in (files.config, files.results):
@@ -125,7 +125,7 @@ def reevaluate(run_dir: Path, cfg: Any, results: dict[str, Any], router: str, al
 
     from rl_moe.continual.agents import build_model
     from rl_moe.continual.evaluation import evaluate
-    from rl_moe.continual.rundir import RunDir
+    from rl_moe.rundir import RunDir
     from rl_moe.continual.scheduler import ContinualScheduler
 
     sched = ContinualScheduler(cfg, run_dir, progress=False)  # reads only: eval envs, seeds, tasks

@@ -34,7 +34,7 @@ from pathlib import Path
 from rl_moe.cli import EXIT_USAGE, UsageParser
 from rl_moe.continual.envs import resolve_vec_env_type
 from rl_moe.continual.learners import LEARNERS
-from rl_moe.continual.rundir import RunDir
+from rl_moe.rundir import RunDir
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130

@@ -15,7 +15,7 @@ from stable_baselines3.common.save_util import load_from_zip_file
 
 from rl_moe.algos.guard import NonFiniteError, check_update, first_non_finite
 from rl_moe.continual import scheduler as sched_mod
-from rl_moe.continual.rundir import RunDir
+from rl_moe.rundir import RunDir
 from rl_moe.crl import main
 
 TINY = ["--suite", "smoke", "--preset", "tiny", "--no-progress", "--tasks", "2", "--steps-per-task", "256"]

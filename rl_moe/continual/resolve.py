@@ -16,7 +16,7 @@ from rl_moe.continual.errors import UsageError, check_choice, check_positive
 from rl_moe.continual.families import FAMILIES
 from rl_moe.continual.learners import LEARNERS, check_fast_update, get_learner
 from rl_moe.continual.methods import check_regularizers, get_method
-from rl_moe.continual.rundir import RunDir
+from rl_moe.rundir import RunDir
 from rl_moe.continual.suites import Suite, load_suite, suite_from_dict
 from rl_moe.diagnostics.probe import ProbeConfig
 

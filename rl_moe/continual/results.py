@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_moe.continual.metrics import compute_cl_metrics, segment_aucs
-from rl_moe.continual.rundir import RunDir
+from rl_moe.rundir import RunDir
 
 SCHEMA = 1
 

@@ -1,7 +1,7 @@
 """Everything beyond the weights that decides how training continues: the random generators and
 SB3's counters, captured at each task boundary so a resumed run continues bit for bit.
 
-Saved beside each checkpoint (:meth:`rl_moe.continual.rundir.RunDir.training_state`). The scheduler restores it at
+Saved beside each checkpoint (:meth:`rl_moe.rundir.RunDir.training_state`). The scheduler restores it at
 the start of the next task on *both* paths (uninterrupted and resumed), so whatever ran between
 (the end-of-task evaluation, env construction) cannot make the two differ.
 """

@@ -33,7 +33,7 @@ from rl_moe.continual.learners import get_learner
 from rl_moe.continual.probe_states import default_probe_policy, load_or_collect, make_probe_callback
 from rl_moe.continual.progress import ProgressLine
 from rl_moe.continual.resolve import suite_of
-from rl_moe.continual.rundir import RunDir
+from rl_moe.rundir import RunDir
 from rl_moe.continual.results import (
     Results,
     load_regularizer_state,

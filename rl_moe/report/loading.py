@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rl_moe.rundir import RunDir
+
 SCHEMA_VERSION = 1
-RESULTS_FILE = "results.json"
+RESULTS_FILE = RunDir.RESULTS
 PROTOCOLS = ("crl", "rl")
 ALGOS = ("ppo", "td3")
 REQUIRED_KEYS: dict[str, type | tuple[type, ...]] = {
