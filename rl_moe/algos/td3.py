@@ -44,6 +44,7 @@ class MoETD3(RegularizedMixin, TD3):
         if fast_update not in FAST_MODES:
             raise ValueError(f"unknown fast_update {fast_update!r}; valid choices: {', '.join(FAST_MODES)}")
         self.fast_update = fast_update
+        self._dumped_at: int | None = None  # the step of SB3's last write of train/*
         self._init_regularizers(regularizers)
         super().__init__(policy, env, **kwargs)
 
@@ -67,7 +68,7 @@ class MoETD3(RegularizedMixin, TD3):
         otherwise log nothing. If SB3 already wrote at this step, the values stay pending for its
         next write (writing them now would repeat the step).
         """
-        if self.logger.name_to_value and getattr(self, "_dumped_at", None) != self.num_timesteps:
+        if self.logger.name_to_value and self._dumped_at != self.num_timesteps:
             self.logger.dump(self.num_timesteps)
             self._dumped_at = self.num_timesteps
 
