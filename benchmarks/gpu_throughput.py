@@ -136,6 +136,58 @@ def part_update(device: str, n_experts: int, minibatches: int, rounds: int, stat
         )
 
 
+def rollout_variants(device: str, n_envs: int, n_steps: int) -> dict[str, BaseAlgorithm]:
+    """Learners whose ``collect_rollouts`` is timed on envs that cost nothing to step."""
+    kw = dict(n_steps=n_steps, batch_size=BATCH, n_epochs=1, device=device, seed=0, verbose=0)
+    moe = dict(moe="topk", n_experts=10, top_k=2, hidden=(256, 256, 256))
+
+    def env() -> DummyVecEnv:
+        return DummyVecEnv([_Box] * n_envs)
+
+    def ours(fast: str, collector: bool) -> BaseAlgorithm:
+        model = MoEPPO(MoEActorCriticPolicy, env(), regularizers=[], fast_update=fast, policy_kwargs=moe, **kw)
+        if not collector:  # SB3's loop (with the static layout where the fast update runs)
+            model._rollout_collector = lambda: None  # type: ignore[method-assign]
+        return model
+
+    mlp = dict(net_arch=[256, 256, 256], activation_fn=torch.nn.ReLU)
+    variants = {
+        "sb3 mlp 3x256": PPO("MlpPolicy", env(), policy_kwargs=mlp, **kw),
+        "topk, collector": ours("on", True),
+        "topk, sb3 loop": ours("on", False),
+        "topk (standard)": ours("off", False),
+    }
+    return variants
+
+
+def part_rollout(device: str, n_envs: int, n_steps: int, rounds: int) -> None:
+    """Per env step: time, ops, launches and host syncs of acting plus SB3's buffer work."""
+    variants = rollout_variants(device, n_envs, n_steps)
+
+    def collect(model: BaseAlgorithm) -> Callable[[], None]:
+        _, callback = model._setup_learn(n_envs * n_steps, None)  # first observations, logger, callback
+        return lambda: model.collect_rollouts(model.env, callback, model.rollout_buffer, n_steps)  # type: ignore[attr-defined]
+
+    calls = {name: collect(model) for name, model in variants.items()}
+    samples: dict[str, list[float]] = {k: [] for k in variants}
+    for fn in calls.values():
+        fn()  # warm-up (and the graph capture)
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            _sync(device)
+            t0 = time.perf_counter()
+            fn()
+            _sync(device)
+            samples[name].append(time.perf_counter() - t0)
+    secs = {k: statistics.median(v) for k, v in samples.items()}
+    print(f"\nRollout on {device}: {n_envs} envs x {n_steps} steps of a no-op env, E=10, K=2, 3x256, median of {rounds}")
+    print(f"  {'variant':<20} {'ms/step':>8} {'x collector':>12} {'ops':>7} {'launches':>9} {'syncs':>6}")
+    for name, fn in calls.items():
+        ops, launches, syncs = count_ops(fn).per(n_steps)
+        ms = 1e3 * secs[name] / n_steps
+        print(f"  {name:<20} {ms:8.3f} {secs[name] / secs['topk, collector']:12.2f} {ops:7.1f} {launches:9.1f} {syncs:6.2f}")
+
+
 def part_e2e(device: str, task: str, n_envs: int, n_steps: int, updates: int, vec_env: str) -> None:
     from rl_moe.continual.agents import begin_task, build_model
     from rl_moe.continual.envs import EnvFactory, make_vec_env, task_factories
@@ -191,6 +243,7 @@ def main() -> None:
     p.add_argument("--minibatches", type=int, default=16)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--skip-e2e", action="store_true")
+    p.add_argument("--skip-rollout", action="store_true")
     p.add_argument("--static", action="store_true", help="static-shape MoE layers on a CPU too (the GPU layout)")
     p.add_argument("--task", default="hammer-v3")
     p.add_argument("--n-envs", type=int, default=8)
@@ -202,6 +255,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     for e in args.experts:
         part_update(args.device, e, args.minibatches, args.rounds, args.static)
+    if not args.skip_rollout:
+        part_rollout(args.device, args.n_envs, 256, args.rounds)
     if not args.skip_e2e:
         part_e2e(args.device, args.task, args.n_envs, args.n_steps, args.updates, args.vec_env)
 

@@ -20,8 +20,6 @@ regularizer terms), arranged so that the GPU never waits for Python:
 
 from __future__ import annotations
 
-import gc
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,6 +31,7 @@ from stable_baselines3.common.type_aliases import RolloutBufferSamples
 from torch import Tensor
 
 from rl_moe.algos.common import DeviceTermLog
+from rl_moe.algos.graphs import capture, capture_failed
 from rl_moe.algos.ppo_loss import ppo_losses
 from rl_moe.nn.static import static_shapes
 
@@ -41,8 +40,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: ``fast_update`` choices.
 FAST_MODES: tuple[str, ...] = ("auto", "on", "off")
-#: Warm-up steps before a capture: the allocator and cuBLAS settle, Adam creates its state.
-_WARMUP = 3
 #: Columns of the per-update statistics accumulated on the device.
 _STATS = ("policy_gradient_loss", "value_loss", "entropy_loss", "clip_fraction")
 
@@ -109,18 +106,6 @@ def _flat_shape(array: Any) -> tuple[int, ...]:
     """(n_steps, n_envs, *rest) -> (n_envs * n_steps, *rest); per-step scalars become (T,)."""
     shape = array.shape
     return (shape[0] * shape[1], *shape[2:])
-
-
-def _reset_cuda_generators() -> None:
-    """Leave the CUDA generators usable after a failed capture.
-
-    A capture registers the default generators and marks them capturing; a capture that fails
-    never unmarks them, and every later random op on the device would raise. A cloned state
-    keeps the seed and offset without the mark.
-    """
-    for gen in torch.cuda.default_generators:
-        if hasattr(gen, "graphsafe_set_state"):
-            gen.graphsafe_set_state(gen.clone_state())
 
 
 def _forget_distribution(policy: torch.nn.Module) -> None:
@@ -214,8 +199,7 @@ class FastPPOUpdate:
             try:
                 self.graphs[size] = self._capture(index)
             except RuntimeError as exc:  # an op the capture refuses: run this learner eagerly
-                _reset_cuda_generators()
-                warnings.warn(f"CUDA graph capture failed ({exc}); the fast update runs without graphs", stacklevel=2)
+                capture_failed("PPO update", exc)
                 self.cuda_graphs = False
                 self.step(index)
                 return
@@ -281,25 +265,9 @@ class FastPPOUpdate:
         saved = self._snapshot()
         static_index = index.clone()
         _forget_distribution(self.algo.policy)
-        # A collection during the capture can free an earlier learner's graph (its memory pool),
-        # a CUDA call the capture forbids: it would invalidate this capture and leave the CUDA
-        # generator mid-capture, so later random ops in the process fail.
-        gc.collect()
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
         try:
-            stream = torch.cuda.Stream(device=self.device)
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):
-                for _ in range(_WARMUP):
-                    self.step(static_index)
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                self.step(static_index)
+            graph, _ = capture(lambda: self.step(static_index), self.device)
         finally:
-            if gc_was_enabled:
-                gc.enable()
             self._restore(saved)
         return _Graph(graph, static_index)
 

@@ -11,11 +11,15 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 from stable_baselines3 import PPO
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.utils import explained_variance
 
 from rl_moe.algos.common import RegularizedMixin
 from rl_moe.algos.ppo_loss import ppo_losses
 from rl_moe.algos.fast import FAST_MODES, FastPPOUpdate, no_distribution_checks, unsupported_reason
+from rl_moe.algos.rollout import DeviceRolloutCollector, unsupported_reason as rollout_unsupported
 from rl_moe.nn.static import static_shapes
 from rl_moe.algos.hooks import Regularizer
 
@@ -27,9 +31,11 @@ class MoEPPO(RegularizedMixin, PPO):
     :param env: environment
     :param regularizers: objects implementing :class:`~rl_moe.regularizers.Regularizer`
     :param fast_update: ``auto`` (default): the sync-free update of :mod:`rl_moe.algos.fast` (static
-        MoE shapes, CUDA graphs) on CUDA when the run supports it, else the standard one; ``on``:
+        MoE shapes, CUDA graphs) and the rollouts of :mod:`rl_moe.algos.rollout` (one device read
+        per env step) on CUDA when the run supports them, else SB3's; ``on``:
         also on a CPU (eager); ``off``: always the standard update
-    :param cuda_graphs: with the fast update on CUDA, replay each minibatch step from a CUDA graph
+    :param cuda_graphs: with the fast update on CUDA, replay each minibatch step, and each rollout
+        step's policy call, from a CUDA graph
     :param kwargs: any :class:`stable_baselines3.PPO` argument
     """
 
@@ -46,11 +52,12 @@ class MoEPPO(RegularizedMixin, PPO):
             raise ValueError(f"unknown fast_update {fast_update!r}; valid choices: {', '.join(FAST_MODES)}")
         self.fast_update, self.cuda_graphs = fast_update, cuda_graphs
         self._fast: FastPPOUpdate | None = None
+        self._collector: DeviceRolloutCollector | None = None
         self._init_regularizers(regularizers)
         super().__init__(policy, env, **kwargs)
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_fast"]
+        return [*super()._excluded_save_params(), "_fast", "_collector"]
 
     def fast_path_reason(self) -> str | None:
         """Why this learner runs the standard update (None when it runs the fast one)."""
@@ -68,15 +75,28 @@ class MoEPPO(RegularizedMixin, PPO):
             self._fast = FastPPOUpdate(self, cuda_graphs=self.cuda_graphs)
         return self._fast
 
-    def collect_rollouts(self, *args: Any, **kwargs: Any) -> bool:
+    def _rollout_collector(self) -> DeviceRolloutCollector | None:
+        """The device-resident collector where the fast update runs and the spaces allow it."""
+        if self._fast_updater() is None or rollout_unsupported(self) is not None:
+            self._collector = None
+            return None
+        size = (self.rollout_buffer.buffer_size, self.rollout_buffer.n_envs)
+        current = self._collector
+        if current is None or current.algo.policy is not self.policy or tuple(current.values.shape) != size:
+            self._collector = DeviceRolloutCollector(self, cuda_graphs=self.cuda_graphs)
+        return self._collector
+
+    def collect_rollouts(self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int) -> bool:
         self.flush_update_logs()
-        fast = self._fast_updater()
+        fast, collector = self._fast_updater(), self._rollout_collector()
         if fast is None:
-            return super().collect_rollouts(*args, **kwargs)
+            return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
         # Acting without a host sync per distribution check, and with static MoE shapes where
         # the update uses them (a handful of states per step: sorting rows costs more than it saves).
         with no_distribution_checks(), static_shapes(fast.static):
-            return super().collect_rollouts(*args, **kwargs)
+            if collector is None:
+                return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+            return collector.collect(env, callback, rollout_buffer, n_rollout_steps)
 
     def flush_update_logs(self) -> None:
         """Write the last update's pending ``train/*`` at the step it ran (before the next

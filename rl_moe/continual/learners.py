@@ -44,8 +44,9 @@ class PPOConfig:
     :param lr_decay_fraction: share of the task over which the rate decays linearly (HB: 0.5)
     :param normalize_obs: wrap envs in SB3 ``VecNormalize`` (HB: Table 2's "VecNormalize")
     :param normalize_reward: also scale rewards in ``VecNormalize`` (its default; on for HB)
-    :param fast_update: the learner's sync-free update (:mod:`rl_moe.algos.fast`): ``auto`` (on
-        CUDA), ``on`` (also on a CPU) or ``off`` (SB3's loop everywhere); same maths either way
+    :param fast_update: the learner's sync-free update (:mod:`rl_moe.algos.fast`) and rollouts
+        (:mod:`rl_moe.algos.rollout`): ``auto`` (on CUDA), ``on`` (also on a CPU) or ``off`` (SB3's
+        loops everywhere); same maths either way
     """
 
     n_envs: int = 8
