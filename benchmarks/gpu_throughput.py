@@ -17,6 +17,9 @@ Ratios are to ``topk`` and to ``sb3 mlp 3x256`` measured in the same run. Part 2
 ``--skip-e2e``): env steps/s of Top-K + SPHERE + probe on ``--device`` (built as ``python -m
 rl_moe.crl`` builds it), Top-K alone on ``--device``, and plain SB3 PPO MlpPolicy on the CPU, on one
 CW10 task with the CW10 PPO settings; ratios to the SB3 CPU run, and SPHERE's end-to-end overhead.
+Part 3 (rollouts, unless ``--skip-rollout``; run before part 2): per env step of a 256-step rollout
+over envs that cost nothing to step, time, aten ops, launches and host syncs of the rollout
+collector (``rl_moe/algos/rollout.py``) against SB3's ``collect_rollouts`` with the same policy.
 
     python benchmarks/gpu_throughput.py --device cuda --experts 10 160 --vec-env subproc
 """
