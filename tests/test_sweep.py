@@ -1,18 +1,25 @@
-"""Sweep: grid and folders, resume-by-skipping, validation errors, sequential and Ray backends."""
+"""Sweep: grid and folders, resume-by-skipping, validation errors, sequential, local and Ray backends."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from rl_moe import sweep
-from rl_moe.sweep import Outcome, SweepConfig, Trial, grid, is_complete, main, run_sweep, trial_command
+from rl_moe.sweep import (
+    Outcome, RayOptions, SweepConfig, SweepError, Trial, grid, is_complete, local_slots, main, run_sweep, trial_command,
+)  # fmt: skip
 
 # tiny smoke-suite trials: 2 tasks of 128 steps, a 16-unit network, one eval episode
 TINY = [
@@ -46,6 +53,31 @@ class FakeRunner:
         trial.run_dir.mkdir(parents=True, exist_ok=True)
         (trial.run_dir / "results.json").write_text(json.dumps(fake_results(trial, 0.1 * trial.seed)))
         return Outcome(trial, "done")
+
+
+class SlowRunner(FakeRunner):
+    """A FakeRunner whose trials take ``seconds`` and record when they ran and how many ran at once."""
+
+    def __init__(self, seconds: float = 0.3) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.lock = threading.Lock()
+        self.running = self.most = 0
+        self.started: list[int] = []  # seeds
+        self.spans: list[tuple[float, float, str | None]] = []  # (start, end, CUDA_VISIBLE_DEVICES)
+
+    def __call__(self, trial: Trial, command: list[str], env: dict[str, str]) -> Outcome:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            self.started.append(trial.seed)
+        start = time.monotonic()
+        time.sleep(self.seconds)
+        outcome = super().__call__(trial, command, env)
+        with self.lock:
+            self.running -= 1
+            self.spans.append((start, time.monotonic(), env.get("CUDA_VISIBLE_DEVICES")))
+        return outcome
 
 
 def test_aggregate_env_steps_count_only_what_this_sweep_trained(tmp_path: Path) -> None:
@@ -93,17 +125,21 @@ def test_parse_passthrough_after_double_dash() -> None:
     assert cfg.seeds == (3, 4) and cfg.crl_args == ("--tasks", "2", "--device", "cpu", "--set", "net.hidden=8")
 
 
-def test_sequential_fallback_skips_complete_and_reports_failures(
+def test_local_fallback_skips_complete_and_reports_failures(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     monkeypatch.setattr(sweep, "ray_available", lambda: False)
     cfg = SweepConfig(suites=("smoke",), methods=("topk",), protocols=("crl", "rl"), seeds=(0, 1), out=tmp_path, cpus_per_trial=2)
-    runner = FakeRunner()
-    outcomes = run_sweep(cfg, "auto", runner)
+    runner = SlowRunner(0.1)
+    outcomes = run_sweep(cfg, "auto", runner, RayOptions(num_cpus=4))
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == "ray is not installed (pip install 'rl_moe[sweep]'): running trials sequentially"
+    assert out.splitlines()[0] == "ray is not installed (pip install 'rl_moe[sweep]'): running 2 trials at a time on this machine"
+    assert runner.most == 2  # the local backend, not one after another
     assert [o.status for o in outcomes] == ["done"] * 4 and len(runner.calls) == 4
     assert all(env["OMP_NUM_THREADS"] == "2" for _, _, env in runner.calls)
+    checkout = str(Path(sweep.__file__).resolve().parents[2])  # trials elsewhere import this rl_moe
+    assert all(env["PYTHONPATH"].split(os.pathsep)[0] == checkout for _, _, env in runner.calls)
+    assert (Path(checkout) / "rl_moe" / "sweep" / "__init__.py").is_file()
     assert is_complete(tmp_path / "smoke" / "ppo-topk-rl-s1")
     manifest = json.loads((tmp_path / "sweep.json").read_text())
     assert [t["status"] for t in manifest["trials"]] == ["done"] * 4
@@ -130,22 +166,130 @@ def test_failed_trial_gives_exit_1(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         (["--suite", "smok", "--method", "topk"], "unknown suite 'smok'; valid choices: cw10"),
         (["--suite", "smoke", "--method", "topk", "--algo", "sac"], "unknown algo 'sac'; valid choices: ppo, td3"),
         (["--suite", "smoke", "--method", "topk", "--protocol", "both"], "unknown protocol 'both'; valid choices: crl, rl"),
-        (["--suite", "smoke", "--method", "topk", "--backend", "dask"], "unknown backend 'dask'; valid choices: auto, ray, sequential"),
+        (["--suite", "smoke", "--method", "topk", "--backend", "dask"], "unknown backend 'dask'; valid choices: auto, ray, local, sequential"),
+        (["--suite", "smoke", "--method", "topk", "--parallel", "0"], "--parallel must be >= 1, got 0"),
+        (["--suite", "smoke", "--method", "topk", "--backend", "sequential", "--parallel", "2"], "--parallel 2 needs the local backend"),
+        (["--suite", "smoke", "--method", "topk", "--backend", "local", "--gpus-per-trial", "0.5"], "--gpus-per-trial 0.5 needs a visible CUDA device"),
         (["--suite", "smoke", "--method", "topk", "--seed", "1", "1"], "duplicate seeds"),
         (["--suite", "smoke", "--method", "topk", "--cpus-per-trial", "0"], "--cpus-per-trial must be > 0"),
         (["--suite", "smoke", "--method", "topk", "--backend", "sequential", "--address", "auto"], "--address 'auto' needs the ray backend"),
+        (["--suite", "smoke", "--method", "topk", "--backend", "local", "--address", "auto"], "valid choices with it: auto, ray"),
         (["--suite", "smoke"], "the following arguments are required: --method"),
         (["--suite", "smoke", "--method", "topk", "--", "--set", "foo.bar=1"], "unknown --set key 'foo.bar'"),
     ],
 )
 def test_bad_input_exit_2_and_nothing_written(
-    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture
+    args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
+    monkeypatch.setattr(sweep.backends, "visible_gpus", lambda: 0)
     runner = FakeRunner()
     assert main(["--out", str(tmp_path / "runs"), *args], runner=runner) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not runner.calls and not (tmp_path / "runs").exists()
+
+
+def test_local_backend_runs_trials_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    runner = SlowRunner(0.3)
+    start = time.monotonic()
+    args = ["--suite", "smoke", "--method", "topk", "--seed", "0", "1", "2", "3", "--backend", "local", "--parallel", "2"]
+    assert main([*args, "--out", str(tmp_path)], runner=runner) == 0
+    elapsed = time.monotonic() - start
+    assert runner.most == 2 and elapsed < 0.8 * 4 * 0.3  # two at a time, never three
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "running 2 trials at a time on this machine"
+    reported = [line.split()[2] for line in out.splitlines() if line.startswith("[")]
+    assert sorted(reported) == [f"smoke/ppo-topk-crl-s{seed}" for seed in range(4)]  # each trial once
+    manifest = json.loads((tmp_path / "sweep.json").read_text())
+    assert [t["status"] for t in manifest["trials"]] == ["done"] * 4
+    assert manifest["config"]["parallel"] == 2 and manifest["throughput"]["env_steps"] == 4 * 10
+
+
+@pytest.mark.parametrize(
+    ("cfg", "num_cpus", "n_gpus", "slots"),
+    [
+        ({"cpus_per_trial": 2}, 16, 0, 8),
+        ({"cpus_per_trial": 3}, 16, 0, 5),
+        ({"cpus_per_trial": 4}, 2, 0, 1),  # at least one
+        ({"gpus_per_trial": 0.125}, 16, 1, 8),
+        ({"gpus_per_trial": 0.1}, 16, 1, 10),  # not 9: 1 // 0.1 == 9.0
+        ({"cpus_per_trial": 2, "gpus_per_trial": 0.125}, 8, 1, 4),  # the CPUs hold fewer
+        ({"gpus_per_trial": 0.5}, 16, 1, 2),  # the GPU holds fewer
+        ({"gpus_per_trial": 0.5}, 16, 2, 4),
+        ({"parallel": 3, "cpus_per_trial": 2, "gpus_per_trial": 0.5}, 2, 1, 3),  # explicit wins
+    ],
+)
+def test_local_slots(cfg: dict, num_cpus: int, n_gpus: int, slots: int) -> None:
+    assert local_slots(SweepConfig(suites=("smoke",), methods=("topk",), **cfg), num_cpus, n_gpus) == slots
+
+
+@pytest.mark.parametrize(
+    ("cfg", "n_gpus", "message"),
+    [
+        ({"parallel": 0}, 0, "--parallel must be >= 1, got 0"),
+        ({"parallel": -2}, 1, "--parallel must be >= 1, got -2"),
+        ({"gpus_per_trial": 0.25}, 0, "--gpus-per-trial 0.25 needs a visible CUDA device"),
+        ({"gpus_per_trial": 0.25, "parallel": 2}, 0, "--gpus-per-trial 0.25 needs a visible CUDA device"),
+    ],
+)
+def test_local_slots_bad_values(cfg: dict, n_gpus: int, message: str) -> None:
+    with pytest.raises(SweepError, match="^" + message.replace(".", r"\.").replace("-", r"\-")) as info:
+        local_slots(SweepConfig(suites=("smoke",), methods=("topk",), **cfg), 16, n_gpus)
+    assert "\n" not in str(info.value)
+
+
+def test_local_backend_spreads_trials_over_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(sweep.backends, "visible_gpus", lambda: 2)
+    cfg = SweepConfig(suites=("smoke",), methods=("topk",), seeds=tuple(range(5)), out=tmp_path / "two", gpus_per_trial=0.5)
+    runner = SlowRunner(0.2)
+    run_sweep(cfg, "local", runner, RayOptions(num_cpus=2))  # 2 slots (the CPUs hold fewer than the GPUs' 4)
+    assert runner.most == 2 and Counter(gpu for _, _, gpu in runner.spans).keys() == {"0", "1"}
+    for i, (start, end, gpu) in enumerate(runner.spans):  # trials running at once are on different GPUs
+        assert all(gpu != other for s, e, other in runner.spans[i + 1 :] if s < end and start < e)
+    # the GPUs this process sees are the ones handed out
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
+    runner = SlowRunner(0.05)
+    run_sweep(replace(cfg, out=tmp_path / "five-seven"), "local", runner, RayOptions(num_cpus=2))
+    assert {gpu for _, _, gpu in runner.spans} == {"5", "7"}
+    # one GPU: shared by every trial, the environment left as is
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setattr(sweep.backends, "visible_gpus", lambda: 1)
+    runner = SlowRunner(0.05)
+    run_sweep(replace(cfg, out=tmp_path / "one"), "local", runner, RayOptions(num_cpus=2))
+    assert runner.most == 2 and {gpu for _, _, gpu in runner.spans} == {None}
+
+
+def test_auto_without_ray_uses_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sweep, "ray_available", lambda: False)
+    assert sweep.resolve_backend("auto", SweepConfig(suites=("smoke",), methods=("topk",))) == "local"
+    runner = SlowRunner(0.2)
+    assert main(["--suite", "smoke", "--method", "topk", "--seed", "0", "1", "--num-cpus", "2", "--out", str(tmp_path)], runner=runner) == 0
+    assert runner.most == 2
+
+
+def test_ctrl_c_cancels_pending_trials(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Ctrl-C while two of four trials run: main reports the interrupt and the other two never start."""
+
+    class Interrupting(SlowRunner):
+        def __call__(self, trial: Trial, command: list[str], env: dict[str, str]) -> Outcome:
+            if trial.seed == 0:  # what the terminal does on Ctrl-C: SIGINT to the sweep (and its children)
+                time.sleep(0.05)  # the sweep is waiting on its trials
+                self.interrupted = time.monotonic()
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+            return super().__call__(trial, command, env)
+
+    runner = Interrupting(0.3)
+    args = ["--suite", "smoke", "--method", "topk", "--seed", "0", "1", "2", "3", "--backend", "local", "--parallel", "2"]
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job starts with SIGINT ignored
+    try:
+        assert main([*args, "--out", str(tmp_path)], runner=runner) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert time.monotonic() - runner.interrupted < 0.2  # main did not wait for the running trials
+    assert "interrupted; re-run the same command to resume" in capsys.readouterr().err
+    time.sleep(0.5)  # the running trials end; cancelled ones must not start
+    assert 0 in runner.started and set(runner.started) <= {0, 1}
 
 
 def test_dry_run_prints_commands(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -188,3 +332,20 @@ def test_sequential_real_cli_then_report(tmp_path: Path) -> None:
     assert f"| pendulum-0 | {results['own_success'][0]:.2f} |" in md  # one seed: the mean alone
     if importlib.util.find_spec("matplotlib"):
         assert (tmp_path / "rep" / "plasticity-entk_rank_smoke_ppo_crl.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_local_real_cli_two_trials_side_by_side(tmp_path: Path) -> None:
+    """Two real trials through the CLI subprocess at once (the path without Ray), then a resume that skips both."""
+    out = tmp_path / "runs"
+    args = ["--suite", "smoke", "--method", "topk", "--protocol", "crl", "rl", "--out", str(out), "--backend", "local", "--parallel", "2"]
+    assert main(args + TINY) == 0
+    for name in ("ppo-topk-crl-s0", "ppo-topk-rl-s0"):
+        assert is_complete(out / "smoke" / name)
+        assert (out / "smoke" / name / "sweep.log").read_text().count("$ ") == 1  # its own log only
+    manifest = json.loads((out / "sweep.json").read_text())
+    rows, throughput = manifest["trials"], manifest["throughput"]
+    assert sum(r["seconds"] for r in rows) > 1.2 * throughput["seconds"]  # they overlapped
+    assert throughput["env_steps"] == sum(r["env_steps"] for r in rows) >= 2 * 256
+    runner = FakeRunner()
+    outcomes = run_sweep(SweepConfig(suites=("smoke",), methods=("topk",), protocols=("crl", "rl"), out=out), "local", runner)
+    assert [o.status for o in outcomes] == ["skipped", "skipped"] and not runner.calls

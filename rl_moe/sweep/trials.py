@@ -1,0 +1,159 @@
+"""The trials of a sweep: the grid, each trial's command, folder and environment, and running one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import product
+from pathlib import Path
+
+from rl_moe.continual.envs import resolve_vec_env_type
+from rl_moe.rundir import RunDir
+
+
+class SweepError(ValueError):
+    """A user mistake in the sweep arguments (one line, exit code 2)."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One grid point: the arguments of one ``rl_moe.crl`` run and its folder.
+
+    :param suite: suite name or suite .json path
+    :param method: method name (``rl_moe.continual.methods.METHODS``)
+    :param algo: a key of :data:`~rl_moe.continual.learners.LEARNERS`
+    :param protocol: ``crl`` or ``rl``
+    :param seed: run seed
+    :param run_dir: deterministic run folder (re-running resumes it)
+    """
+
+    suite: str
+    method: str
+    algo: str
+    protocol: str
+    seed: int
+    run_dir: Path
+
+    @property
+    def name(self) -> str:
+        return f"{self.run_dir.parent.name}/{self.run_dir.name}"
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """What to run and where.
+
+    :param suites: suite names or .json paths
+    :param methods: method names
+    :param algos: learners
+    :param protocols: ``crl`` and/or ``rl``
+    :param seeds: seeds
+    :param out: runs root; trial folders are ``<out>/<suite>/<algo>-<method>-<protocol>-s<seed>``
+    :param crl_args: extra ``rl_moe.crl`` arguments given to every trial (``--steps-per-task 1000``, ...)
+    :param cpus_per_trial: CPUs reserved per trial (Ray, and the local backend's automatic
+        ``parallel``); also the trial's thread count
+    :param gpus_per_trial: GPUs reserved per trial (fractions share a GPU)
+    :param parallel: trials the local backend runs side by side; None: as many as the CPUs and
+        GPUs hold (:func:`local_slots`)
+    """
+
+    suites: tuple[str, ...]
+    methods: tuple[str, ...]
+    algos: tuple[str, ...] = ("ppo",)
+    protocols: tuple[str, ...] = ("crl",)
+    seeds: tuple[int, ...] = (0,)
+    out: Path = Path("runs")
+    crl_args: tuple[str, ...] = ()
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    parallel: int | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a trial ended: ``status`` is ``done``, ``skipped`` (already complete) or ``failed``;
+    ``env_steps`` counts the steps it trained in this sweep (a resumed trial's earlier ones not)."""
+
+    trial: Trial
+    status: str
+    returncode: int = 0
+    seconds: float = 0.0
+    log: str = ""
+    env_steps: int = 0
+
+
+#: Runs one trial command and returns its outcome (injectable: tests pass a fake one).
+TrialRunner = Callable[[Trial, list[str], dict[str, str]], Outcome]
+
+
+def suite_label(suite: str) -> str:
+    """Folder name of a suite: the built-in name, or the stem of a suite .json path."""
+    return Path(suite).stem if suite.endswith(".json") else suite
+
+
+def grid(cfg: SweepConfig) -> list[Trial]:
+    """Every grid point in a fixed order (suite, algo, method, protocol, seed)."""
+    return [
+        Trial(s, m, a, p, seed, cfg.out / suite_label(s) / f"{a}-{m}-{p}-s{seed}")
+        for s, a, m, p, seed in product(cfg.suites, cfg.algos, cfg.methods, cfg.protocols, cfg.seeds)
+    ]
+
+
+def trial_command(trial: Trial, cfg: SweepConfig) -> list[str]:
+    """The ``python -m rl_moe.crl`` command line of a trial.
+
+    Unless the extra arguments name one, the trial's ``--vec-env`` is chosen for the CPUs it
+    reserves, not for the whole machine: eight trials side by side must not each start a worker
+    process per env.
+    """
+    vec_env = [] if "--vec-env" in cfg.crl_args else ["--vec-env", resolve_vec_env_type("auto", 2, int(cfg.cpus_per_trial))]
+    return [
+        sys.executable, "-m", "rl_moe.crl",
+        "--suite", trial.suite, "--method", trial.method, "--algo", trial.algo,
+        "--protocol", trial.protocol, "--seed", str(trial.seed),
+        "--run-dir", str(trial.run_dir), "--no-progress", *vec_env, *cfg.crl_args,
+    ]  # fmt: skip
+
+
+def trial_env(cfg: SweepConfig) -> dict[str, str]:
+    """Environment of a trial: one BLAS/torch thread per reserved CPU, so trials do not oversubscribe,
+    and this checkout on ``PYTHONPATH`` so Ray workers started elsewhere import the same ``rl_moe``."""
+    threads = str(max(1, int(cfg.cpus_per_trial)))
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "PYTHONPATH": path}
+
+
+def is_complete(run_dir: Path) -> bool:
+    """The trial's ``results.json`` exists and says ``"complete": true``."""
+    try:
+        return bool(json.loads(RunDir(run_dir).results.read_text()).get("complete"))
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return False
+
+
+def trained_steps(run_dir: Path) -> int:
+    """Env steps of the run's finished tasks (its ``task_segments``); 0 without a readable results.json."""
+    try:
+        segments = json.loads(RunDir(run_dir).results.read_text()).get("task_segments", [])
+        return int(sum(end - start for start, end in segments))
+    except (OSError, json.JSONDecodeError, AttributeError, TypeError, ValueError):
+        return 0
+
+
+def run_subprocess(trial: Trial, command: list[str], env: dict[str, str]) -> Outcome:
+    """Run the trial's CLI command, appending its output to ``<run_dir>/sweep.log``."""
+    trial.run_dir.mkdir(parents=True, exist_ok=True)
+    log = RunDir(trial.run_dir).sweep_log
+    start = time.monotonic()
+    with log.open("a") as fh:
+        fh.write(f"$ {' '.join(command)}\n")
+        fh.flush()
+        rc = subprocess.run(command, stdout=fh, stderr=subprocess.STDOUT, env=env, check=False).returncode
+    ok = rc == 0 and is_complete(trial.run_dir)
+    return Outcome(trial, "done" if ok else "failed", rc, time.monotonic() - start, str(log))
