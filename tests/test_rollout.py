@@ -14,8 +14,10 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.vec_env import VecEnv
 
 from rl_moe.algos import MoEPPO
+from rl_moe.algos.fast import no_distribution_checks
 from rl_moe.algos.profiling import count_ops
 from rl_moe.algos.rollout import DeviceRolloutCollector
+from rl_moe.nn import static_shapes
 from rl_moe.policies import MoEActorCriticPolicy
 
 SMALL = dict(n_experts=4, top_k=2, hidden=(32, 32), gate_hidden=(16,))
@@ -161,12 +163,12 @@ def test_cuda_graph_acting_matches_the_policy() -> None:
     )  # fmt: skip
     collector = model._rollout_collector()
     assert collector is not None and collector.cuda_graphs
-    obs = torch.randn(2, 3, device="cuda")
+    obs = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
     for _ in range(2):
-        with torch.no_grad():
+        with torch.no_grad(), static_shapes(True), no_distribution_checks():  # as collect_rollouts runs it
             acted = collector._acting(obs)(obs)
             assert collector._captured is not None
-            values, log_prob, _ = model.policy.evaluate_actions(obs, acted.actions)
+            values, log_prob, _ = model.policy.evaluate_actions(torch.from_numpy(obs).cuda(), acted.actions)
         torch.testing.assert_close(acted.values, values, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(acted.log_probs, log_prob, rtol=1e-5, atol=1e-5)
         with torch.no_grad():

@@ -68,8 +68,8 @@ class _CapturedActing:
 
         self.graph, self.out = capture(act, self.obs.device)
 
-    def __call__(self, obs: Tensor) -> Acted:
-        self.obs.copy_(obs)
+    def __call__(self, obs: np.ndarray) -> Acted:
+        self.obs.copy_(torch.from_numpy(obs))  # straight into the graph's input: one host-to-device copy
         self.graph.replay()
         return self.out
 
@@ -94,11 +94,11 @@ class DeviceRolloutCollector:
 
     # --- acting -------------------------------------------------------------------------------
 
-    def _eager(self, obs: Tensor) -> Acted:
+    def _eager(self, obs: np.ndarray) -> Acted:
         with torch.no_grad():
-            return Acted(*self.algo.policy(obs))
+            return Acted(*self.algo.policy(obs_as_tensor(obs, self.device)))
 
-    def _acting(self, obs: Tensor) -> Callable[[Tensor], Acted]:
+    def _acting(self, obs: np.ndarray) -> Callable[[np.ndarray], Acted]:
         """The policy call of this rollout: a graph replay when one can be (or was) captured."""
         if not self.cuda_graphs:
             return self._eager
@@ -108,7 +108,7 @@ class DeviceRolloutCollector:
         if key != self._captured_key:
             self._captured, self._captured_key = None, key
             try:
-                self._captured = _CapturedActing(policy, obs)
+                self._captured = _CapturedActing(policy, obs_as_tensor(obs, self.device))
             except RuntimeError as exc:  # an op the capture refuses: act eagerly
                 capture_failed("rollout acting", exc)
                 self.cuda_graphs = False
@@ -129,12 +129,12 @@ class DeviceRolloutCollector:
         policy.set_training_mode(False)
         buffer.reset()
         callback.on_rollout_start()
-        act = self._acting(obs_as_tensor(algo._last_obs, self.device))  # type: ignore[arg-type]
+        act = self._acting(algo._last_obs)  # type: ignore[arg-type]
         low, high = algo.action_space.low, algo.action_space.high  # type: ignore[union-attr]
         new_obs: np.ndarray = algo._last_obs  # type: ignore[assignment]
         dones = algo._last_episode_starts
         for step in range(n_rollout_steps):
-            acted = act(obs_as_tensor(algo._last_obs, self.device))  # type: ignore[arg-type]
+            acted = act(algo._last_obs)  # type: ignore[arg-type]
             actions = acted.actions.cpu().numpy()  # the step's one device-to-host copy
             self.values[step].copy_(acted.values.flatten())
             self.log_probs[step].copy_(acted.log_probs)
