@@ -31,8 +31,8 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 
 from rl_moe.continual.agents import begin_task, build_model
-from rl_moe.continual.envs import EnvFactory, make_vec_env, task_factories
-from rl_moe.continual.probe_states import collect_probe_states, make_probe_callback
+from rl_moe.continual.envs import make_vec_env, task_factories
+from rl_moe.continual.probe_states import collect_probe_states, make_probe_callback, probe_factories
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 
 
@@ -64,8 +64,8 @@ def main() -> None:
     suite = suite_of(cfgs["sphere"])
     task = next(t for t in suite.tasks if t.name == args.task)
     steps = args.n_envs * args.n_steps * args.updates
-    probe_factory = EnvFactory(suite.family, suite.probe_task, suite.episode_length, suite.success_type, 99)
-    probe = collect_probe_states(probe_factory, 256, policy=cfgs["sphere"].probe.policy)
+    pcfg = cfgs["sphere"].probe
+    probe = collect_probe_states(probe_factories(suite, 99), pcfg.n_states, stride=pcfg.stride, policy=pcfg.policy, noise=pcfg.noise)
 
     def env():
         return make_vec_env(task_factories(suite, task, args.n_envs, 0), args.vec_env)

@@ -193,8 +193,8 @@ def part_rollout(device: str, n_envs: int, n_steps: int, rounds: int) -> None:
 
 def part_e2e(device: str, task: str, n_envs: int, n_steps: int, updates: int, vec_env: str) -> None:
     from rl_moe.continual.agents import begin_task, build_model
-    from rl_moe.continual.envs import EnvFactory, make_vec_env, task_factories
-    from rl_moe.continual.probe_states import collect_probe_states, make_probe_callback
+    from rl_moe.continual.envs import make_vec_env, task_factories
+    from rl_moe.continual.probe_states import collect_probe_states, make_probe_callback, probe_factories
     from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 
     overrides = (f"ppo.n_envs={n_envs}", f"ppo.n_steps={n_steps}")
@@ -202,8 +202,8 @@ def part_e2e(device: str, task: str, n_envs: int, n_steps: int, updates: int, ve
     suite = suite_of(cfgs["sphere"])
     spec = next(t for t in suite.tasks if t.name == task)
     steps = n_envs * n_steps * updates
-    probe_factory = EnvFactory(suite.family, suite.probe_task, suite.episode_length, suite.success_type, 99)
-    probe = collect_probe_states(probe_factory, 256, policy=cfgs["sphere"].probe.policy)
+    pcfg = cfgs["sphere"].probe
+    probe = collect_probe_states(probe_factories(suite, 99), pcfg.n_states, stride=pcfg.stride, policy=pcfg.policy, noise=pcfg.noise)
 
     def env():
         return make_vec_env(task_factories(suite, spec, n_envs, 0), vec_env)

@@ -30,14 +30,54 @@ def test_expert_probe_states_reach_the_goal_and_random_ones_do_not() -> None:
     factory = EnvFactory("metaworld", TaskSpec("reach-v3"), 200, "info", 99)
     dist, batches = {}, {}
     for policy in ("expert", "random"):
-        states = batches[policy] = collect_probe_states(factory, 120, policy=policy, seed=0).numpy()
+        states = batches[policy] = collect_probe_states([factory], 120, stride=5, policy=policy, seed=0).numpy()
         assert states.shape == (120, 39) and np.isfinite(states).all()
         dist[policy] = np.linalg.norm(states[:, :3] - states[:, -3:], axis=1)
     # The scripted reacher spends most of each episode at the goal; random actions wander.
     assert np.median(dist["expert"]) < 0.05 < np.median(dist["random"])
     # Same seed, same batch; the action noise comes from that seed.
-    np.testing.assert_array_equal(collect_probe_states(factory, 120, policy="expert", seed=0).numpy(), batches["expert"])
-    assert not np.array_equal(collect_probe_states(factory, 120, policy="expert", seed=1).numpy(), batches["expert"])
+    np.testing.assert_array_equal(collect_probe_states([factory], 120, stride=5, policy="expert", seed=0).numpy(), batches["expert"])
+    assert not np.array_equal(collect_probe_states([factory], 120, stride=5, policy="expert", seed=1).numpy(), batches["expert"])
+
+
+def test_probe_batch_is_split_over_the_probe_tasks_in_order() -> None:
+    tasks = ("reach-v3", "door-open-v3", "plate-slide-v3")
+    factories = [EnvFactory("metaworld", TaskSpec(t), 200, "info", 99 + i) for i, t in enumerate(tasks)]
+    states = collect_probe_states(factories, 31, stride=20, policy="expert", seed=0)
+    assert states.shape == (31, 39)
+    # Shares 11/10/10, task by task: each share equals that task's batch collected alone.
+    for factory, (lo, hi) in zip(factories, [(0, 11), (11, 21), (21, 31)]):
+        alone = collect_probe_states([factory], hi - lo, stride=20, policy="expert", seed=0)
+        np.testing.assert_array_equal(states[lo:hi].numpy(), alone.numpy())
+
+
+def test_cw10_probe_batch_spans_more_than_one_task_and_lifts_the_fresh_entk_rank() -> None:
+    # A fresh network on the one-task batch of earlier versions (reach-v3) had r_e(K) ~1.2-2, the
+    # same as a trained one; the eight held-out tasks vary in more dimensions and give a
+    # kernel of clearly higher rank (docs/metrics.md, "The held-out batch").
+    import torch
+
+    from rl_moe.continual.suites import load_suite
+    from rl_moe.diagnostics import entk_rank
+    from rl_moe.diagnostics.views import NetView
+    from rl_moe.nn import NetConfig, build_network
+
+    suite = load_suite("cw10")
+    assert len(suite.probe_tasks) >= 4 and not set(t.name for t in suite.probe_tasks) & set(suite.task_names)
+    cfg = ProbeConfig()
+    factories = [EnvFactory("metaworld", t, 200, "info", 99 + i) for i, t in enumerate(suite.probe_tasks)]
+    mixed = collect_probe_states(factories, 256, stride=cfg.stride, policy="expert", noise=cfg.noise, seed=0)
+    single = collect_probe_states([EnvFactory("metaworld", TaskSpec("reach-v3"), 200, "info", 99)], 256, stride=5, policy="expert", noise=0.1, seed=0)
+    varying = lambda x: int((x.std(0) > 1e-3).sum())  # noqa: E731
+    assert varying(mixed) >= 22 > varying(single)
+    ranks = {"mixed": [], "single": []}
+    for seed in range(3):
+        torch.manual_seed(seed)
+        net = build_network(39, 4, NetConfig(kind="topk"))
+        view = NetView(module=net, inputs=lambda o: o, is_moe=True)
+        ranks["mixed"].append(entk_rank(view, mixed))
+        ranks["single"].append(entk_rank(view, single))
+    assert np.mean(ranks["mixed"]) > 2 * np.mean(ranks["single"]), ranks
 
 
 def test_probe_policy_auto_resolves_per_family() -> None:
@@ -69,7 +109,7 @@ def test_probe_section_is_the_diagnostics_config_and_old_runs_load() -> None:
     # config.json of a run made before the sections were merged: the same five keys.
     data = cfg.to_dict()
     data["probe"] = {"enabled": True, "n_states": 64, "every": 0, "policy": "random", "noise": 0.1}
-    assert RunConfig.from_dict(data).probe == ProbeConfig(n_states=64, policy="random")
+    assert RunConfig.from_dict(data).probe == ProbeConfig(n_states=64, policy="random", noise=0.1)
     assert RunConfig.from_dict(cfg.to_dict()) == cfg  # the nested SLQ settings round-trip too
     with pytest.raises(UsageError, match="valid fields of probe"):
         resolve(RunRequest(suite="smoke", tasks=1, device="cpu", overrides=("probe.slq=4",)))

@@ -33,7 +33,7 @@ def test_builtin_suites_and_protocol_facts() -> None:
     assert (hb5.steps_per_task, hb5.episode_length) == (10_000_000, 1000)
     for name in builtin_suites():
         suite = load_suite(name)
-        assert suite.probe_task.name not in suite.task_names
+        assert suite.probe_tasks and not {t.name for t in suite.probe_tasks} & set(suite.task_names)
 
 
 def test_user_suite_file_and_errors(tmp_path: Path) -> None:
@@ -48,10 +48,18 @@ def test_user_suite_file_and_errors(tmp_path: Path) -> None:
     path.write_text(json.dumps(data))
     with pytest.raises(UsageError, match="'family'"):
         load_suite(str(path))
-    data["family"], data["probe_task"] = "smoke", data["tasks"][0]
+    data["family"], data["probe_tasks"] = "smoke", [data["tasks"][0]]
     path.write_text(json.dumps(data))
     with pytest.raises(UsageError, match="outside the task sequence"):
         load_suite(str(path))
+    data["probe_tasks"] = []
+    path.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match="probe_tasks is empty"):
+        load_suite(str(path))
+    # Suite files and run configs written with a single probe_task still load.
+    data["probe_task"] = data.pop("probe_tasks") or {"name": "held-out", "success_bar": -400.0}
+    path.write_text(json.dumps(data))
+    assert [t.name for t in load_suite(str(path)).probe_tasks] == ["held-out"]
 
 
 def _mutations() -> list[tuple[str, object, str]]:
@@ -70,6 +78,10 @@ def _mutations() -> list[tuple[str, object, str]]:
         ("episode", setter("episode_length", -1), "must be > 0"),
         ("success bar", no_bar, "have no success_bar"),
         ("malformed", setter("tasks", 7), "malformed suite"),
+        ("name escapes --out", setter("name", "../../evil"), "must be one folder name"),
+        ("fractional steps", setter("steps_per_task", 1.5), "steps_per_task must be a whole number, got 1.5"),
+        ("string length", setter("episode_length", "200"), "episode_length must be a whole number"),
+        ("name is a path", setter("name", "a/b"), "must be one folder name"),
     ]
 
 
@@ -286,3 +298,31 @@ def test_registries_cover_every_builtin_suite() -> None:
         for algo, spec in LEARNERS.items():
             preset = spec.presets()[suite.presets.get(algo, DEFAULT_PRESET)]
             assert isinstance(preset, spec.config_cls), (name, algo)
+
+
+def test_suite_name_cannot_write_outside_out(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from rl_moe.crl import main
+
+    data = json.loads((SUITES / "smoke.json").read_text())
+    data["name"] = "../../evil"
+    path = tmp_path / "evil.json"
+    path.write_text(json.dumps(data))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert main(["--suite", str(path), "--tasks", "1", "--out", str(tmp_path / "a" / "b"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "must be one folder name" in err[0], err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_suite_regularizer_values_are_type_checked(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from rl_moe.crl import main
+
+    data = json.loads((SUITES / "smoke.json").read_text())
+    data["regularizers"] = {"sphere": {"rho": "abc"}}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    out = tmp_path / "runs"
+    assert main(["--suite", str(path), "--method", "sphere", "--tasks", "1", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'rho' must be float, got 'abc'" in err[0], err
+    assert not out.exists()

@@ -225,11 +225,33 @@ def test_ev_embeddings_recover_rank_one_direction() -> None:
     v = torch.randn(3, 8, generator=gen, dtype=torch.float64)
     first = u[:, :, None] * v[:, None, :]  # W1 = u v^T: top eigenvector of W1 W1^T is u
     last = torch.randn(3, 8, 2, generator=gen, dtype=torch.float64)
-    emb_in, emb_out = ev_embeddings(first, last, router_dirs=u, c=1)
+    emb_in, basis_out = ev_embeddings(first, last, router_dirs=u, c=1)
     assert torch.allclose(emb_in, u, atol=1e-8)  # sign-aligned to the router direction
-    assert emb_out.shape == (3, 2)
+    assert basis_out.shape == (3, 2, 1)
     # Known answer: state 0 shares 1 of its top-2 experts, state 1 both -> mean overlap 3/4.
     a = torch.tensor([[3.0, 2.0, 1.0, 0.0], [0.0, 1.0, 2.0, 3.0]])
     b = torch.tensor([[3.0, 0.0, 2.0, 1.0], [0.0, 1.0, 3.0, 2.0]])
     assert topk_overlap(a, b, 2) == pytest.approx(0.75)
     assert topk_overlap(a, -a, 2) == 0.0
+
+
+def test_output_side_similarity_is_sign_free() -> None:
+    # Two experts with the same head Gram (W and R W, R orthogonal) have the same output-side
+    # subspace: the similarity must be 1 on every draw (a sign-aligned average gave 0 or 1 at random).
+    from rl_moe.diagnostics.ssmoe import subspace_similarity
+
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(50):
+        w = torch.randn(8, 4, generator=gen, dtype=torch.float64)
+        r, _ = torch.linalg.qr(torch.randn(8, 8, generator=gen, dtype=torch.float64))
+        last = torch.stack([w, r @ w, torch.randn(8, 4, generator=gen, dtype=torch.float64)])  # (E, H_L, out)
+        first = torch.randn(3, 5, 8, generator=gen, dtype=torch.float64)
+        _, basis = ev_embeddings(first, last, router_dirs=torch.randn(3, 5, generator=gen, dtype=torch.float64), c=2)
+        sim = subspace_similarity(basis)
+        assert float(sim[0, 1]) == pytest.approx(1.0, abs=1e-9)
+        assert torch.allclose(sim, sim.T) and torch.allclose(torch.diagonal(sim), torch.ones(3, dtype=torch.float64))
+    # Known answer: orthogonal 1-dim subspaces give 0, a 45-degree pair gives cos 45.
+    e = torch.eye(2, dtype=torch.float64)
+    bases = torch.stack([e[:, :1], e[:, 1:], (e[:, :1] + e[:, 1:]) / 2**0.5])
+    sim = subspace_similarity(bases)
+    assert float(sim[0, 1]) == pytest.approx(0.0) and float(sim[0, 2]) == pytest.approx(2**-0.5)

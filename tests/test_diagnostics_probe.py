@@ -133,3 +133,21 @@ def test_probe_does_not_change_training(tmp_path: Path) -> None:
     cfg = ProbeConfig(every=64, n_states=32, spectral_every=64, coupling_every=64)
     with_probe, without = train(PlasticityProbe(tmp_path / "on", config=cfg)), train(None)
     assert all(torch.equal(with_probe[k], without[k]) for k in without)
+
+
+def test_a_failing_metric_family_drops_only_itself_and_warns_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rl_moe.diagnostics.probe as probe_module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("element 0 of tensors does not require grad")
+
+    monkeypatch.setattr(probe_module, "spectral_group", broken)
+    cfg = ProbeConfig(every=64, n_states=32, spectral_every=64)
+    model = tiny_ppo(MoEActorCriticPolicy, tmp_path, moe="topk", **TINY_MOE)
+    with pytest.warns(RuntimeWarning, match="the spectral metrics failed") as caught:
+        model.learn(192, callback=PlasticityProbe(tmp_path, config=cfg))
+    assert sum("spectral metrics failed" in str(w.message) for w in caught) == 1
+    scalars = read_scalars(tmp_path)
+    for tag in (*CORE_TAGS, "routing/entropy", "plasticity/entk_rank_online", "plasticity/idle_expert_fraction"):
+        assert [s for s, _ in scalars[tag]] == [64, 128, 192], tag
+    assert not any(t.startswith("spectral/") for t in scalars)

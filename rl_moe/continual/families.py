@@ -91,7 +91,7 @@ def metaworld_names() -> tuple[str, ...]:
 
 def _check_metaworld_tasks(suite: Suite) -> None:
     valid = metaworld_names()
-    for t in (*suite.tasks, suite.probe_task):
+    for t in (*suite.tasks, *suite.probe_tasks):
         if t.name not in valid:
             raise UsageError(f"unknown MetaWorld task {t.name!r} in suite {suite.name!r}; valid choices: {', '.join(valid)}")
 
@@ -145,7 +145,7 @@ def _make_smoke(task: TaskSpec, seed: int) -> gym.Env:
 
 
 def _check_smoke_tasks(suite: Suite) -> None:
-    for t in (*suite.tasks, suite.probe_task):
+    for t in (*suite.tasks, *suite.probe_tasks):
         env_id = str(t.params.get("env_id", "Pendulum-v1"))
         if env_id not in gym.registry:
             raise UsageError(f"unknown gymnasium env id {env_id!r} for task {t.name!r}; e.g. Pendulum-v1")

@@ -3,19 +3,23 @@
 The paper probes with states "from rollouts of a pre-trained policy" on a task outside the
 sequence, so that the diagnostics measure plasticity on *new* experience. No trained policy ships
 with the package, so the rollouts come from one of :data:`PROBE_POLICIES`: ``expert``, the env
-family's scripted policy for the probe task (MetaWorld's ``metaworld.policies``) with Gaussian
+family's scripted policy for each probe task (MetaWorld's ``metaworld.policies``) with Gaussian
 action noise, which visits the states a competent policy sees; or ``random``, uniform-random
-actions (the only choice for families without scripted experts). The rollouts themselves are
-:func:`rl_moe.diagnostics.probe.collect_states`; every ``stride``-th state is kept, and the same
-batch is reused at every checkpoint; it is saved as ``probe_states.pt`` (a float32 tensor
-(N, obs_dim)) through :func:`rl_moe.diagnostics.probe.load_or_create_states`.
+actions (the only choice for families without scripted experts).
+
+A suite names several probe tasks (CW10: eight MetaWorld tasks outside the sequence), which share
+the batch equally: one task's states vary in too few dimensions to tell a fresh network from a
+trained one (docs/metrics.md, "The held-out batch"). The rollouts themselves are
+:func:`rl_moe.diagnostics.probe.collect_states`; every ``stride``-th state is kept (episode resets
+included), and the same batch is reused at every checkpoint; it is saved as ``probe_states.pt`` (a
+float32 tensor (N, obs_dim)) through :func:`rl_moe.diagnostics.probe.load_or_create_states`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,7 @@ import torch
 
 from rl_moe.continual.envs import EnvFactory
 from rl_moe.continual.families import FAMILIES
+from rl_moe.continual.suites import Suite
 from rl_moe.diagnostics.probe import Actor, PlasticityProbe, ProbeConfig, collect_states, load_or_create_states
 
 
@@ -65,32 +70,49 @@ def default_probe_policy(family: str) -> str:
     return "random" if FAMILIES[family].expert is None else "expert"
 
 
-def collect_probe_states(
-    factory: EnvFactory, n_states: int, stride: int = 5, seed: int = 0, policy: str = "random", noise: float = 0.1
-) -> torch.Tensor:
-    """``n_states`` observations (N, obs_dim) from rollouts of the probe task.
+def probe_factories(suite: Suite, seed: int) -> list[EnvFactory]:
+    """One env factory per probe task of ``suite``, seeded ``seed``, ``seed + 100``, ..."""
+    return [EnvFactory(suite.family, task, suite.episode_length, suite.success_type, seed + 100 * i) for i, task in enumerate(suite.probe_tasks)]
 
-    :param factory: probe-task env factory (its seed seeds the env; ``seed`` the actions)
+
+def collect_probe_states(
+    factories: Sequence[EnvFactory], n_states: int, stride: int = 20, seed: int = 0, policy: str = "random", noise: float = 0.3
+) -> torch.Tensor:
+    """``n_states`` observations (N, obs_dim) from rollouts of the held-out probe tasks, in equal
+    shares (the first tasks take one more when N does not divide), task by task.
+
+    :param factories: one env factory per probe task (its seed seeds the env; ``seed`` the actions)
     :param n_states: batch size N
-    :param stride: keep one state every ``stride`` steps (less temporal correlation)
+    :param stride: keep one state every ``stride`` steps: less temporal correlation, more episodes
+        (and so goals and reset states) per task
     :param seed: action-sampling seed
     :param policy: a key of :data:`PROBE_POLICIES`
     :param noise: std of the Gaussian noise added to ``expert`` actions
     """
     if policy not in PROBE_POLICIES:
         raise ValueError(f"unknown probe policy {policy!r}; valid choices: {', '.join(PROBE_POLICIES)}")
-    env = factory()
-    try:
-        actor = PROBE_POLICIES[policy](env, factory, seed, noise)
-        # The factory seeded the env at construction (MetaWorld ignores reset(seed=)).
-        return collect_states(env, n_states, seed=seed, actor=actor, stride=stride, seed_reset=False)
-    finally:
-        env.close()
+    if not factories:
+        raise ValueError("collect_probe_states needs at least one probe task")
+    shares = [n_states // len(factories) + (i < n_states % len(factories)) for i in range(len(factories))]
+    parts = []
+    for factory, share in zip(factories, shares):
+        if share == 0:
+            continue
+        env = factory()
+        try:
+            actor = PROBE_POLICIES[policy](env, factory, seed, noise)
+            # The factory seeded the env at construction (MetaWorld ignores reset(seed=)).
+            parts.append(collect_states(env, share, seed=seed, actor=actor, stride=stride, seed_reset=False))
+        finally:
+            env.close()
+    return torch.cat(parts)  # (N, obs_dim)
 
 
-def load_or_collect(path: Path, factory: EnvFactory, n_states: int, seed: int, policy: str = "random", noise: float = 0.1) -> torch.Tensor:
+def load_or_collect(
+    path: Path, factories: Sequence[EnvFactory], n_states: int, seed: int, policy: str = "random", noise: float = 0.3, stride: int = 20
+) -> torch.Tensor:
     """The run's probe batch: loaded when ``path`` exists (resume), else collected and saved."""
-    return load_or_create_states(path, lambda: collect_probe_states(factory, n_states, seed=seed, policy=policy, noise=noise))
+    return load_or_create_states(path, lambda: collect_probe_states(factories, n_states, stride=stride, seed=seed, policy=policy, noise=noise))
 
 
 def make_probe_callback(states: torch.Tensor, every: int, seed: int = 0, config: ProbeConfig = ProbeConfig()) -> PlasticityProbe:

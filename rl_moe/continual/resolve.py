@@ -23,6 +23,10 @@ from rl_moe.diagnostics.probe import ProbeConfig
 #: The preset of a learner when the suite names none.
 DEFAULT_PRESET = "metaworld"
 PROTOCOLS: tuple[str, ...] = ("crl", "rl")
+#: Env seeds are seed * 100_000 + offsets below 100_000 (scheduler._seed); numpy takes < 2**32.
+MAX_SEED = (2**32 - 1) // 100_000 - 1
+#: 10x HumanoidBench's 10M steps: anything larger is a typo, not a run (a 1e12-step task ran for an ETA of 97 years).
+MAX_STEPS_PER_TASK = 100_000_000
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 
 
@@ -72,10 +76,11 @@ def _resolve_probe_policy(probe: ProbeConfig, suite: Suite) -> ProbeConfig:
         make_expert = FAMILIES[suite.family].expert
         if make_expert is None:
             raise UsageError(f"probe.policy 'expert' needs scripted experts, which family {suite.family!r} lacks; valid choices here: auto, random")
-        try:
-            make_expert(suite.probe_task.name)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+        for task in suite.probe_tasks:
+            try:
+                make_expert(task.name)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
     return dataclasses.replace(probe, policy=policy)
 
 
@@ -124,10 +129,10 @@ def resolve(req: RunRequest) -> RunConfig:
     if not 1 <= n <= n_tasks:
         raise UsageError(f"--tasks must be in 1..{n_tasks} for suite {suite.name!r}, got {req.tasks}")
     steps = suite.steps_per_task if req.steps_per_task is None else req.steps_per_task
-    if steps <= 0:
-        raise UsageError(f"--steps-per-task must be > 0, got {steps}")
-    if req.seed < 0:
-        raise UsageError(f"--seed must be >= 0, got {req.seed}")
+    if not 0 < steps <= MAX_STEPS_PER_TASK:
+        raise UsageError(f"--steps-per-task must be in 1..{MAX_STEPS_PER_TASK:,}, got {steps:,}")
+    if not 0 <= req.seed <= MAX_SEED:
+        raise UsageError(f"--seed must be in 0..{MAX_SEED} (per-task env seeds are derived from it and must stay below 2**32), got {req.seed}")
     _check_device(req.device)
 
     flags = [f"net.{k}={v}" for k, v in (("n_experts", req.n_experts), ("top_k", req.top_k)) if v is not None]

@@ -30,7 +30,7 @@ from rl_moe.continual.envs import EnvFactory, make_vec_env, task_factories
 from rl_moe.continual.errors import DivergedError
 from rl_moe.continual.evaluation import EvalEnvs, EvalResult, PeriodicEval, evaluate, release_memory
 from rl_moe.continual.learners import get_learner
-from rl_moe.continual.probe_states import default_probe_policy, load_or_collect, make_probe_callback
+from rl_moe.continual.probe_states import default_probe_policy, load_or_collect, make_probe_callback, probe_factories
 from rl_moe.continual.progress import ProgressLine
 from rl_moe.continual.resolve import suite_of
 from rl_moe.rundir import RunDir
@@ -77,6 +77,7 @@ class ContinualScheduler:
         self.logger: Logger | None = None
         self._eval_envs: dict[int, EvalEnvs] = {}
         self._task_seconds = float("nan")  # training time of the task being evaluated
+        self._cycle_rate: float | None = None  # steps/s of the last task's rollout + update cycles (progress ETA)
         self._resumed_at: int | None = None  # first task trained after a resume
         # Generator states and counters at the last task boundary (see rl_moe.continual.rng).
         self._boundary_state: dict[str, Any] | None = None
@@ -130,12 +131,11 @@ class ContinualScheduler:
         """Train the remaining tasks; returns the final :class:`Results` (also on disk)."""
         cfg, res = self.cfg, self.results
         res.save(self.files.results)
-        probe_factory = EnvFactory(self.suite.family, self.suite.probe_task, self.suite.episode_length, self.suite.success_type, self._seed(_PROBE_SEED, 0))
         probe_states = None
         if cfg.probe.enabled:
             # Configs resolved before probe.policy existed hold "auto": resolve it the same way.
             policy = default_probe_policy(self.suite.family) if cfg.probe.policy == "auto" else cfg.probe.policy
-            probe_states = load_or_collect(self.files.probe_states, probe_factory, cfg.probe.n_states, cfg.seed, policy, cfg.probe.noise)
+            probe_states = load_or_collect(self.files.probe_states, probe_factories(self.suite, self._seed(_PROBE_SEED, 0)), cfg.probe.n_states, cfg.seed, policy, cfg.probe.noise, cfg.probe.stride)
         if cfg.reference is not None:
             res.reference_aucs = reference_aucs(cfg.reference, list(cfg.tasks))
         # A resume hides what the interrupted run logged past the last finished task.
@@ -234,7 +234,8 @@ class ContinualScheduler:
             callbacks.append(make_probe_callback(self._probe_input(probe_states), cfg.probe.every or every, cfg.seed, cfg.probe))
         if self.progress:
             later = (len(self.tasks) - i - 1) * cfg.effective_steps_per_task
-            callbacks.append(ProgressLine(f"[task {i + 1}/{len(self.tasks)} {task.name}]", start, cfg.effective_steps_per_task, later_steps=later))
+            line = ProgressLine(f"[task {i + 1}/{len(self.tasks)} {task.name}]", start, cfg.effective_steps_per_task, later_steps=later, prior_rate=self._cycle_rate)
+            callbacks.append(line)
         callbacks.extend(self.extra_callbacks)
         try:
             self.model.learn(total_timesteps=cfg.steps_per_task, reset_num_timesteps=False, callback=callbacks, log_interval=1)
@@ -245,6 +246,8 @@ class ContinualScheduler:
             step = int(self.model.num_timesteps)
             raise DivergedError(f"{bad} at step {step} in task {i + 1} ({task.name})") from exc
         end = int(self.model.num_timesteps)
+        if self.progress:  # the next task's ETA starts from this task's cycle rate
+            self._cycle_rate = line.cycle_rate
         flush = getattr(self.model, "flush_update_logs", None)
         if callable(flush):  # the task's last update, at its step (before the checkpoint)
             flush()

@@ -57,7 +57,8 @@ class Suite:
     :param name: suite name (``cw10``, ...)
     :param family: env family, a key of :data:`~rl_moe.continual.families.FAMILIES`
     :param tasks: the tasks in training order
-    :param probe_task: held-out task (outside the sequence) whose states form the probe batch
+    :param probe_tasks: held-out tasks (outside the sequence) whose states form the probe batch, in
+        equal shares; several tasks so that the batch spans what a policy of the suite meets
     :param steps_per_task: env steps per task of the full protocol (CW: 1M, HB: 10M)
     :param episode_length: steps per episode (CW: 200, HB: 1000)
     :param success_type: one of :data:`SUCCESS_TYPES`
@@ -70,7 +71,7 @@ class Suite:
     name: str
     family: str
     tasks: tuple[TaskSpec, ...]
-    probe_task: TaskSpec
+    probe_tasks: tuple[TaskSpec, ...]
     steps_per_task: int
     episode_length: int
     success_type: str = "info"
@@ -91,7 +92,7 @@ class Suite:
             "steps_per_task": self.steps_per_task,
             "episode_length": self.episode_length,
             "success": {"type": self.success_type},
-            "probe_task": self.probe_task.to_dict(),
+            "probe_tasks": [t.to_dict() for t in self.probe_tasks],
             "presets": dict(self.presets),
             "regularizers": {k: dict(v) for k, v in self.regularizers.items()},
             "tasks": [t.to_dict() for t in self.tasks],
@@ -104,21 +105,40 @@ def builtin_suites() -> tuple[str, ...]:
     return tuple(sorted(p.name[: -len(".json")] for p in folder.iterdir() if p.name.endswith(".json")))
 
 
+def _whole(value: Any, name: str) -> int:
+    """A JSON integer (``1.5`` or ``"100"`` must not silently become 1 or pass)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    return value
+
+
+def _probe_tasks(data: Mapping[str, Any]) -> tuple[TaskSpec, ...]:
+    """``probe_tasks`` (a list), or the single ``probe_task`` of suite files and run configs
+    written before the probe batch spanned several tasks."""
+    if "probe_tasks" in data:
+        if isinstance(data["probe_tasks"], (str, Mapping)):
+            raise TypeError("probe_tasks must be a list of tasks")
+        return tuple(TaskSpec.from_dict(t) for t in data["probe_tasks"])
+    if "probe_task" in data:
+        return (TaskSpec.from_dict(data["probe_task"]),)
+    raise KeyError("probe_tasks")
+
+
 def suite_from_dict(data: Mapping[str, Any], source: str = "") -> Suite:
     """Validate and build a :class:`Suite`; raises :class:`UsageError` naming the bad field."""
     where = f" in {source}" if source else ""
     try:
         family = data["family"]
         tasks = tuple(TaskSpec.from_dict(t) for t in data["tasks"])
-        probe = TaskSpec.from_dict(data["probe_task"])
+        probe = _probe_tasks(data)
         success_type = data.get("success", {}).get("type", "info")
         suite = Suite(
             name=str(data["name"]),
             family=str(family),
             tasks=tasks,
-            probe_task=probe,
-            steps_per_task=int(data["steps_per_task"]),
-            episode_length=int(data["episode_length"]),
+            probe_tasks=probe,
+            steps_per_task=_whole(data["steps_per_task"], "steps_per_task"),
+            episode_length=_whole(data["episode_length"], "episode_length"),
             success_type=str(success_type),
             presets=dict(data.get("presets", {})),
             regularizers={k: dict(v) for k, v in data.get("regularizers", {}).items()},
@@ -129,6 +149,9 @@ def suite_from_dict(data: Mapping[str, Any], source: str = "") -> Suite:
         raise UsageError(f"suite{where} lacks the required field {exc.args[0]!r}") from None
     except (TypeError, ValueError, AttributeError) as exc:
         raise UsageError(f"malformed suite{where}: {exc}") from None
+    # The name becomes a folder under --out: one plain path component, so no run lands outside it.
+    if suite.name in ("", ".", "..") or any(c in suite.name for c in "/\\\0"):
+        raise UsageError(f"suite name {suite.name!r}{where} must be one folder name (no '/', '\\', '.' or '..')")
     if suite.family not in FAMILIES:
         raise UsageError(f"unknown env family {suite.family!r}{where}; valid choices: {', '.join(FAMILIES)}")
     if suite.success_type not in SUCCESS_TYPES:
@@ -138,11 +161,14 @@ def suite_from_dict(data: Mapping[str, Any], source: str = "") -> Suite:
     if suite.steps_per_task <= 0 or suite.episode_length <= 0:
         raise UsageError(f"suite{where}: steps_per_task and episode_length must be > 0")
     if suite.success_type == "return":
-        missing = [t.name for t in (*suite.tasks, suite.probe_task) if t.success_bar is None]
+        missing = [t.name for t in (*suite.tasks, *suite.probe_tasks) if t.success_bar is None]
         if missing:
             raise UsageError(f"suite{where} uses return success but tasks {missing} have no success_bar")
-    if suite.probe_task.name in suite.task_names:
-        raise UsageError(f"suite{where}: the probe task {suite.probe_task.name!r} must lie outside the task sequence")
+    if not suite.probe_tasks:
+        raise UsageError(f"suite{where}: probe_tasks is empty; name at least one held-out task")
+    inside = [t.name for t in suite.probe_tasks if t.name in suite.task_names]
+    if inside:
+        raise UsageError(f"suite{where}: the probe tasks {inside} must lie outside the task sequence")
     return suite
 
 

@@ -66,17 +66,26 @@ def dormant_metrics(output: MoEOutput, taus: Iterable[float] = (DORMANT_TAU, 0.0
 
     :param output: network output on the probe batch
     :param taus: thresholds; keys are ``dormant_ratio`` for 0.025 and ``dormant_ratio_tau0`` for 0
-    :return: ``dormant_ratio[_tau<t>]`` overall and ``..._l<layer>`` per hidden layer
+    Units of an expert that received no probe state are not dormant in ReDo's sense (their score
+    is undefined, not small); the share of such experts is ``idle_expert_fraction`` instead.
+
+    :return: ``dormant_ratio[_tau<t>]`` overall and ``..._l<layer>`` per hidden layer, and
+        ``idle_expert_fraction``: experts (over every expert stack) routed no probe state
     """
     out: dict[str, float] = {}
     n_layers = len(output.groups[0].expert.hidden)
     per_layer = []
+    idle = total_experts = 0
     for layer in range(n_layers):
         scores = []
         for group in output.groups:
             s, seen = unit_scores(group.expert.hidden[layer], group.dispatch.expert_idx, group.dispatch.n_experts)
             scores.append(s[seen].reshape(-1))
+            if layer == 0:
+                idle += int((~seen).sum())
+                total_experts += seen.numel()
         per_layer.append(torch.cat(scores))
+    out["idle_expert_fraction"] = idle / max(total_experts, 1)
     for tau in taus:
         key = "dormant_ratio" if tau == DORMANT_TAU else f"dormant_ratio_tau{tau:g}"
         dead = [(s <= tau).sum().item() for s in per_layer]

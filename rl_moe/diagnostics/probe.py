@@ -23,7 +23,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from torch import Tensor
 
-from rl_moe.diagnostics.actor_grad import actor_grad, learner_family
+from rl_moe.diagnostics.actor_grad import ActorGrad, actor_grad, learner_family
 from rl_moe.diagnostics.slq import PROBE_SLQ_PROBES, SlqConfig
 from rl_moe.diagnostics.groups import (
     coupling_group,
@@ -55,12 +55,14 @@ class ProbeConfig:
         scripted policy plus noise), ``random``, or ``auto`` (expert where the family has one;
         stored resolved)
     :param noise: std of the Gaussian noise on expert actions
+    :param stride: a continual run keeps one held-out state every ``stride`` env steps
     :param spectral_every: env steps between SD-MoE / MSO / DSC / SSMoE metrics (0 = off); a
         continual run rounds it to a multiple of the probe interval, keeping the same x positions
     :param slq_every: env steps between SLQ estimates of r_e(K) (0 = off; seconds per call)
     :param coupling_every: env steps between gate-expert Gauss-Newton coupling (0 = off)
     :param critic: also log the critic eNTK rank (``plasticity/critic_entk_rank``)
-    :param online: also probe N states from the latest rollout / replay data (``_online`` tags)
+    :param online: also probe N states from the latest rollout / replay data (``_online`` tags,
+        SPHERE Fig. 9's robustness check; about as cheap as the held-out probe)
     :param knn: neighbours for ``routing/knn_jaccard``
     :param slq: SLQ probes and Lanczos steps (64 probes: see :class:`~rl_moe.diagnostics.slq.SlqConfig`
         for the measured error)
@@ -70,17 +72,18 @@ class ProbeConfig:
     n_states: int = 256
     every: int = 0
     policy: str = "auto"
-    noise: float = 0.1
+    noise: float = 0.3
+    stride: int = 20
     spectral_every: int = 50_000
     slq_every: int = 0
     coupling_every: int = 0
     critic: bool = True
-    online: bool = False
+    online: bool = True
     knn: int = 10
     slq: SlqConfig = field(default_factory=lambda: SlqConfig(n_probes=PROBE_SLQ_PROBES))
 
     def __post_init__(self) -> None:
-        for name in ("n_states", "knn"):
+        for name in ("n_states", "knn", "stride"):
             if getattr(self, name) < 1:
                 raise ValueError(f"probe.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("every", "noise", "spectral_every", "slq_every", "coupling_every"):
@@ -169,6 +172,7 @@ class PlasticityProbe(BaseCallback):
         self._last: dict[str, int] = {}
         self.seconds = 0.0  # wall time spent probing, for cost accounting
         self.last_values: dict[str, float] = {}
+        self._failed: set[str] = set()  # metric families that failed once (warned)
 
     def _on_training_start(self) -> None:
         path = self.run_dir / PROBE_FILE if self.run_dir is not None else None
@@ -203,6 +207,17 @@ class PlasticityProbe(BaseCallback):
                 self.states = load_or_create_states(self.run_dir / PROBE_FILE, lambda: found)
         return self.states
 
+    def _family(self, name: str, fn: Callable[[], dict[str, float]]) -> dict[str, float]:
+        """``fn()``, or nothing when it fails: one metric family failing (e.g. an ``eigh`` that does
+        not converge, or SSMoE metrics with alpha = 1) must not drop the others. Warns once per family."""
+        try:
+            return fn()
+        except (RuntimeError, ValueError) as exc:
+            if name not in self._failed:
+                self._failed.add(name)
+                warnings.warn(f"plasticity probe: the {name} metrics failed at step {self.num_timesteps} ({type(exc).__name__}: {exc}); they are left out when they fail (warned once)", RuntimeWarning, stacklevel=3)
+            return {}
+
     def compute(self) -> dict[str, float]:
         """All due metrics at the current step, as ``{tag: value}`` (updates the schedule)."""
         cfg, policy = self.config, self.model.policy
@@ -211,28 +226,33 @@ class PlasticityProbe(BaseCallback):
             return {}
         obs = states[: cfg.n_states].to(policy.device)
         view = actor_view(policy)
-        values = plasticity_group(view, obs)
-        values.update(routing_group(view, obs, cfg.knn))
-        grad = actor_grad(self.model, view, obs, cfg.n_states, self.seed)
-        if grad is not None:
-            values["plasticity/grad_norm"] = grad.norm
+        values = self._family("plasticity", lambda: plasticity_group(view, obs))
+        values.update(self._family("routing", lambda: routing_group(view, obs, cfg.knn)))
+        grads: list[ActorGrad | None] = [None]
+
+        def grad_norm() -> dict[str, float]:
+            grads[0] = actor_grad(self.model, view, obs, cfg.n_states, self.seed)
+            return {} if grads[0] is None else {"plasticity/grad_norm": grads[0].norm}
+
+        values.update(self._family("grad_norm", grad_norm))
         critic = critic_view(policy) if cfg.critic else None
         if critic is not None:
-            values["plasticity/critic_entk_rank"] = entk_rank(critic, obs)
+            values.update(self._family("critic", lambda: {"plasticity/critic_entk_rank": entk_rank(critic, obs)}))
         if cfg.online:
             online = _buffer_states(self.model, cfg.n_states, torch.Generator().manual_seed(self.seed + self.num_timesteps))
             if online is not None:
                 online = online.to(policy.device)
-                values.update(plasticity_group(view, online, suffix="_online"))
-                values.update(routing_group(view, online, cfg.knn, suffix="_online"))
+                values.update(self._family("plasticity_online", lambda: plasticity_group(view, online, suffix="_online")))
+                values.update(self._family("routing_online", lambda: routing_group(view, online, cfg.knn, suffix="_online")))
         if self._due("spectral", cfg.spectral_every):
-            values.update(spectral_group(view, obs, grad.expert_grads if grad is not None else None))
+            expert_grads = grads[0].expert_grads if grads[0] is not None else None
+            values.update(self._family("spectral", lambda: spectral_group(view, obs, expert_grads)))
             self._last["spectral"] = self.num_timesteps
         if self._due("slq", cfg.slq_every):
-            values.update(slq_group(view, obs, cfg.slq))
+            values.update(self._family("slq", lambda: slq_group(view, obs, cfg.slq)))
             self._last["slq"] = self.num_timesteps
         if self._due("coupling", cfg.coupling_every):
-            values.update(coupling_group(view, obs))
+            values.update(self._family("coupling", lambda: coupling_group(view, obs)))
             self._last["coupling"] = self.num_timesteps
         self._last["core"] = self.num_timesteps
         return values

@@ -9,11 +9,14 @@ coincide (token space); ours differ, so we keep two embeddings:
   sign-aligned to it and averaged. Our gate is an MLP, so the router embedding is its linearized
   row in observation space (:func:`rl_moe.diagnostics.spectral.gate_input_directions`). This
   embedding defines the EV router f_EV(x) = x W_EV (Eq. 5 with alpha = 1).
-- output side: the top-c eigenvectors of B_i by eigenvalue, sign-aligned to the first and averaged
-  (no router embedding lives in action space).
+- output side: the span of the top-c eigenvectors of B_i by eigenvalue. No router embedding lives
+  in action space to fix their signs, and eigenvectors are orthogonal, so any averaged vector
+  would carry a sign picked by round-off; the subspace itself is sign-free.
 
-Reported: mean pairwise |cos| between experts' embeddings (EV-router collapse) next to that of the
-learned gate rows, and the top-K overlap |S_EV(x) and S_gate(x)| / K of the two routers.
+Reported: mean pairwise |cos| between experts' input-side embeddings (EV-router collapse) next to
+that of the learned gate rows; for the output side, the subspace analogue ||U_i^T U_j||_F / sqrt(c)
+(the root-mean-square cosine of the principal angles, = |cos| for c = 1); and the top-K overlap
+|S_EV(x) and S_gate(x)| / K of the two routers.
 """
 
 from __future__ import annotations
@@ -38,8 +41,14 @@ def _mean_selected(vecs: Tensor, scores: Tensor, ref: Tensor, c: int) -> Tensor:
     return (sel * sign[:, None, :]).mean(2)  # (E, d)
 
 
+def subspace_similarity(bases: Tensor) -> Tensor:
+    """(E, E) ||U_i^T U_j||_F / sqrt(c) for orthonormal bases (E, d, c): sign- and rotation-free."""
+    overlap = torch.einsum("idc,jdk->ijck", bases, bases)  # (E, E, c, c)
+    return overlap.pow(2).sum((2, 3)).div(bases.shape[2]).sqrt()
+
+
 def ev_embeddings(first: Tensor, last: Tensor, router_dirs: Tensor, c: int = 2) -> tuple[Tensor, Tensor]:
-    """Input-side (E, in) and output-side (E, out) eigenvector embeddings (Alg. 1, steps 1-2).
+    """Input-side embeddings (E, in) and output-side bases (E, out, c) (Alg. 1, steps 1-2).
 
     :param first: (E, in, H1) first-layer weights
     :param last: (E, H_L, out) head weights
@@ -54,11 +63,8 @@ def ev_embeddings(first: Tensor, last: Tensor, router_dirs: Tensor, c: int = 2) 
     r_unit = r / r.norm(dim=1, keepdim=True).clamp_min(1e-300)
     sim = torch.einsum("edk,ed->ek", vec_a, r_unit).abs()  # (E, in)
     emb_in = _mean_selected(vec_a, sim, r_unit, min(c, vec_a.shape[1]))
-    top_b = vec_b.flip(2)  # descending eigenvalue
-    ref_b = top_b[:, :, 0]
-    rank = torch.arange(top_b.shape[2], 0, -1, dtype=torch.float64, device=b.device).expand(b.shape[0], -1)
-    emb_out = _mean_selected(top_b, rank, ref_b, min(c, top_b.shape[1]))
-    return emb_in, emb_out
+    basis_out = vec_b.flip(2)[:, :, : min(c, vec_b.shape[2])]  # (E, out, c), descending eigenvalue
+    return emb_in, basis_out
 
 
 def topk_overlap(scores_a: Tensor, scores_b: Tensor, k: int) -> float:
@@ -84,11 +90,11 @@ def ssmoe_metrics(
     :param k: experts per state of the learned router
     :param c: eigenvectors per embedding
     """
-    emb_in, emb_out = ev_embeddings(first, last, router_dirs, c)
+    emb_in, basis_out = ev_embeddings(first, last, router_dirs, c)
     ev_logits = x.detach().to(torch.float64) @ emb_in.T  # (N, E), f_EV(x) = x W_EV
     return {
         "ssmoe_ev_cos_in": mean_offdiag(_abs_cos_matrix(emb_in)),
-        "ssmoe_ev_cos_out": mean_offdiag(_abs_cos_matrix(emb_out)),
+        "ssmoe_ev_cos_out": mean_offdiag(subspace_similarity(basis_out)),
         "ssmoe_gate_cos": mean_offdiag(_abs_cos_matrix(gate_rows.detach().to(torch.float64))),
         "ssmoe_topk_overlap": topk_overlap(ev_logits, gate_logits.detach().to(torch.float64), k),
     }

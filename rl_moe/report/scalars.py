@@ -11,14 +11,20 @@ EVENT_GLOB = "events.out.tfevents.*"
 #: Core plasticity tags (docs/metrics.md), plotted by default.
 PLASTICITY_TAGS = (
     "plasticity/entk_rank",
+    "plasticity/entk_rank_online",
     "plasticity/feature_rank",
     "plasticity/feature_cond",
     "plasticity/dormant_ratio",
+    "plasticity/dormant_ratio_online",
+    "plasticity/idle_expert_fraction",
     "plasticity/feature_norm",
     "plasticity/grad_norm",
 )
 TAG_LABELS = {
-    "plasticity/entk_rank": "eNTK effective rank $r_e(K)$",
+    "plasticity/entk_rank": "eNTK effective rank $r_e(K)$ (held-out states)",
+    "plasticity/entk_rank_online": "eNTK effective rank $r_e(K)$ (online rollout states)",
+    "plasticity/dormant_ratio_online": r"dormant ratio ($\tau$=0.025, online rollout states)",
+    "plasticity/idle_expert_fraction": "experts routed no held-out state",
     "plasticity/feature_rank": "feature effective rank $r_e(A_{last})$",
     "plasticity/feature_cond": r"feature condition number $\kappa(A_{last})$",
     "plasticity/dormant_ratio": r"dormant ratio ($\tau$=0.025)",
