@@ -303,3 +303,60 @@ def test_full_loads_in_any_sample_order() -> None:
     )
     block = FeatureBlock(d, torch.randn(n * e, h, dtype=torch.float64), d.weight)
     torch.testing.assert_close(sphere_value(gram_stats([block], "sample")), brute(dense_phi([block])))
+
+
+def _phi_block(phi: torch.Tensor) -> FeatureBlock:
+    n = phi.shape[0]
+    d = Dispatch(torch.arange(n), torch.zeros(n, dtype=torch.long), torch.ones(n, dtype=phi.dtype), (n,), n)
+    return FeatureBlock(d, phi)
+
+
+def test_raw_penalty_shrinks_features_when_n_below_m_and_the_scale_invariant_one_does_not() -> None:
+    # L is homogeneous of degree 4 in Phi, so <dL/dPhi, Phi> = 4 L > 0: a gradient step always
+    # shrinks Phi, and with N < m the bound L >= tr(A)^2 (1/N - 1/m) leaves Phi = 0 as the only
+    # minimiser (docs/regularizers.md, "SPHERE's scale on MetaWorld"). The scale-invariant
+    # variant is homogeneous of degree 0: <dL/dPhi, Phi> = 0 and L(c Phi) = L(Phi).
+    torch.manual_seed(4)
+    n, m = 8, 24
+    phi = torch.randn(n, m, dtype=torch.float64, requires_grad=True)
+    raw = sphere_value(gram_stats([_phi_block(phi)], "sample"))
+    (g_raw,) = torch.autograd.grad(raw, phi)
+    raw = raw.detach()
+    assert float((g_raw * phi).sum()) == pytest.approx(4 * float(raw))
+    a = phi.detach().t() @ phi.detach() / n
+    assert float(raw) >= float(a.trace()) ** 2 * (1 / n - 1 / m) - 1e-12
+    inv = sphere_value(gram_stats([_phi_block(phi)], "sample"), scale_invariant=True)
+    (g_inv,) = torch.autograd.grad(inv, phi)
+    inv = inv.detach()
+    assert abs(float((g_inv * phi).sum())) < 1e-10
+    assert float(inv) == pytest.approx(float(brute(phi.detach())) / float(a.trace()) ** 2)
+    for c in (1e-3, 7.0):
+        scaled = sphere_value(gram_stats([_phi_block(c * phi.detach())], "feature"), scale_invariant=True)
+        assert float(scaled) == pytest.approx(float(inv), rel=1e-9)
+    # Its minimum over rank-N Grams: N equal eigenvalues, ||A||^2 / tr^2 = 1/N, so 1/N - 1/m.
+    q, _ = torch.linalg.qr(torch.randn(m, n, dtype=torch.float64))
+    equal = sphere_value(gram_stats([_phi_block(3.0 * q.t())], "sample"), scale_invariant=True)
+    assert float(equal) == pytest.approx(1 / n - 1 / m)
+    # A zero Gram (an idle expert) gives 0 and a finite gradient.
+    zero = torch.zeros(n, m, dtype=torch.float64, requires_grad=True)
+    val = sphere_value(gram_stats([_phi_block(zero)], "sample"), scale_invariant=True)
+    (g0,) = torch.autograd.grad(val, zero)
+    val = val.detach()
+    assert float(val) == 0.0 and torch.isfinite(g0).all()
+
+
+def test_scale_invariant_config() -> None:
+    assert Sphere(scale_invariant=True).config.scale_invariant
+    with pytest.raises(ValueError, match="scale_invariant"):
+        SphereConfig(scale_invariant=True, alpha=1.0)
+    # Per-expert penalties normalise each expert's own Gram.
+    torch.manual_seed(5)
+    d = _top1_dispatch(8, 2)
+    feats = torch.randn(8, 5, dtype=torch.float64)
+    block = FeatureBlock(d, feats, d.weight.to(torch.float64))
+    per = [sphere_value(s, scale_invariant=True) for s in per_expert_stats([block])]
+    for e, value in enumerate(per[0]):
+        rows = feats[d.expert_idx == e]
+        a = rows.t() @ rows / 8
+        expected = (a.pow(2).sum() - a.trace() ** 2 / 5) / a.trace() ** 2
+        assert float(value) == pytest.approx(float(expected))

@@ -57,6 +57,10 @@ class SphereConfig:
         layer's activation inputs (``ExpertPass.pre[-1]``, width H), ``head`` = the expert head
         outputs (``ExpertPass.linear[-1]``, the Kronecker partner of A_last)
     :param alpha: fixed target scale: penalise ||A - alpha I||_F^2 instead (None = adaptive tr(A)/m)
+    :param scale_invariant: divide the penalty by tr(A)^2, i.e. penalise the shape of A's spectrum
+        and not its scale. Off in the paper. With N < m (MetaWorld: 256 < 2560) the raw penalty's
+        only minimiser is Phi = 0, since L >= tr(A)^2 (1/N - 1/m); the normalised one is minimised by
+        N equal eigenvalues at any scale (docs/regularizers.md, "SPHERE's scale on MetaWorld")
     :param space: Gram space: ``auto`` (feature space iff m <= N), ``sample`` or ``feature``
     :param eps: epsilon of the adaptive ratio
     :param rank_every: log r_e(A_last) every this many calls (0 = never; an N x N eigvalsh)
@@ -74,6 +78,7 @@ class SphereConfig:
     gram: str = "features"
     grad_site: str = "hidden"
     alpha: float | None = None
+    scale_invariant: bool = False
     space: str = "auto"
     eps: float = 1e-8
     rank_every: int = 50
@@ -91,6 +96,8 @@ class SphereConfig:
             raise ValueError(f"rank_every must be >= 0, got {self.rank_every}")
         if self.ratio_every < 1:
             raise ValueError(f"ratio_every must be >= 1, got {self.ratio_every}")
+        if self.scale_invariant and self.alpha is not None:
+            raise ValueError(f"scale_invariant penalises no scale, alpha={self.alpha} fixes one; set one of them")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,11 +110,17 @@ def sphere_config(**overrides: Any) -> SphereConfig:
     return build_config(SphereConfig, None, overrides, "SPHERE")
 
 
-def sphere_value(stats: GramStats, alpha: float | None = None) -> Tensor:
-    """||A||_F^2 - tr(A)^2 / m, or ||A - alpha I||_F^2 = ||A||^2 - 2 alpha tr(A) + alpha^2 m."""
-    if alpha is None:
-        return stats.fro2 - stats.trace.pow(2) / stats.dim
-    return stats.fro2 - 2 * alpha * stats.trace + alpha**2 * stats.dim
+def sphere_value(stats: GramStats, alpha: float | None = None, scale_invariant: bool = False) -> Tensor:
+    """||A||_F^2 - tr(A)^2 / m, or ||A - alpha I||_F^2 = ||A||^2 - 2 alpha tr(A) + alpha^2 m; with
+    ``scale_invariant``, (||A||_F^2 - tr(A)^2 / m) / tr(A)^2 (0 for a zero Gram)."""
+    if alpha is not None:
+        return stats.fro2 - 2 * alpha * stats.trace + alpha**2 * stats.dim
+    value = stats.fro2 - stats.trace.pow(2) / stats.dim
+    if not scale_invariant:
+        return value
+    tr2 = stats.trace.pow(2)
+    # An idle expert's zero Gram has no shape to penalise: 0, not 0/0 (and no NaN gradient).
+    return torch.where(tr2 > 0, value / tr2.clamp_min(torch.finfo(tr2.dtype).tiny), torch.zeros_like(value))
 
 
 def feature_blocks(out: MoEOutput, layers: tuple[int, ...], weighted: bool) -> list[FeatureBlock]:
@@ -248,14 +261,14 @@ class Sphere(Regularizer):
         cfg = self.config
         if cfg.per_expert:
             stats_per_stack = per_expert_stats(blocks)
-            return sum((sphere_value(s, cfg.alpha).sum() for s in stats_per_stack), start=blocks[0].feats.new_zeros(()))
+            return sum((sphere_value(s, cfg.alpha, cfg.scale_invariant).sum() for s in stats_per_stack), start=blocks[0].feats.new_zeros(()))
         stats = gram_stats(blocks, cfg.space)
         if log_rank and cfg.rank_every:
             if self._sync_free:  # an eigvalsh reads the device: rank the latest Gram once per update
                 self._last_gram = stats.gram.detach()
             elif self._calls % cfg.rank_every == 0:
                 self._last["sphere_feature_rank"] = effective_rank(stats.gram)
-        return sphere_value(stats, cfg.alpha)
+        return sphere_value(stats, cfg.alpha, cfg.scale_invariant)
 
     def logs(self) -> dict[str, float]:
         """``sphere_feature_rank``: r_e(A_last) at the latest sampled call (loss and lambda are

@@ -1,0 +1,88 @@
+"""SPHERE's scale on MetaWorld (docs/regularizers.md, "SPHERE's scale on MetaWorld").
+
+    python results/sphere_scale/measure.py --out results/sphere_scale/rho0.1.jsonl
+    python results/sphere_scale/measure.py --set reg.sphere.rho=0 --out results/sphere_scale/rho0.jsonl
+    python results/sphere_scale/measure.py --set reg.sphere.scale_invariant=true --out results/sphere_scale/invariant.jsonl
+
+Trains the paper's CW10 PPO config (Top-K E=10 K=2 + SPHERE) on one task for a few rollouts and
+writes, for one minibatch in ``--every``, the penalty in float32 and recomputed in float64 from
+the same features, tr(G), the gradient norms of the penalty and of the actor loss over the actor
+network, the adaptive coefficient and the share of exactly-zero last-hidden features.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from rl_moe.continual.agents import begin_task, build_model
+from rl_moe.continual.envs import make_vec_env, task_factories
+from rl_moe.continual.resolve import RunRequest, resolve, suite_of
+from rl_moe.nn import MoEOutput
+
+
+def dense_phi64(out: MoEOutput) -> torch.Tensor:
+    """(N, E*H) routing-weighted last-hidden features of the routed stack, in float64."""
+    g = out.groups[-1]
+    d = g.dispatch
+    feats = g.expert.hidden[-1].detach().to(torch.float64)  # (R, H)
+    dense = feats.new_zeros(d.n_samples, d.n_experts, feats.shape[1])
+    dense[d.sample_idx, d.expert_idx] = d.weight.detach().to(torch.float64)[:, None] * feats
+    return dense.reshape(d.n_samples, -1)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--task", default="hammer-v3")
+    p.add_argument("--rollouts", type=int, default=3)
+    p.add_argument("--every", type=int, default=20, help="record one minibatch in this many")
+    p.add_argument("--set", action="append", default=[], dest="overrides")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    cfg = resolve(RunRequest(suite="cw10", method="sphere", tasks=1, device="cpu", overrides=tuple(args.overrides)))
+    suite = suite_of(cfg)
+    task = next(t for t in suite.tasks if t.name == args.task)
+    model = build_model(cfg, make_vec_env(task_factories(suite, task, cfg.ppo.n_envs, 0), "dummy"), "cpu")
+    begin_task(model, cfg, 0, 0)
+    sphere = model.regularizers[0]
+    actor = [prm for name, prm in model.policy.named_parameters() if ".actor_net." in name]
+    network_loss = sphere.network_loss
+    rows: list[dict[str, float]] = []
+    calls = 0
+
+    def recorded(out: MoEOutput, ref: torch.Tensor | None = None) -> torch.Tensor:
+        nonlocal calls
+        loss = network_loss(out, ref)
+        calls += 1
+        if calls % args.every == 1 and ref is not None:
+            def norm(t: torch.Tensor) -> float:
+                grads = torch.autograd.grad(t, actor, retain_graph=True, allow_unused=True)
+                return float(torch.sqrt(sum((g**2).sum() for g in grads if g is not None)))
+
+            g_pen, g_act = norm(loss), norm(ref)
+            phi = dense_phi64(out)
+            gram = phi @ phi.T / phi.shape[0]
+            rho, eps = sphere.config.rho, sphere.config.eps
+            rows.append({
+                "minibatch": calls, "step": model.num_timesteps, "loss_fp32": float(loss.detach()),
+                "loss_fp64": float(gram.pow(2).sum() - gram.trace() ** 2 / phi.shape[1]), "trace_G": float(gram.trace()),
+                "grad_norm_sphere": g_pen, "grad_norm_actor": g_act, "coef": rho * g_act / (g_pen + eps),
+                "feature_mean_abs": float(out.groups[-1].expert.hidden[-1].detach().abs().mean()),
+                "feature_zero_share": float((out.groups[-1].expert.hidden[-1] == 0).float().mean()),
+            })  # fmt: skip
+        return loss
+
+    sphere.network_loss = recorded
+    model.learn(cfg.ppo.n_envs * cfg.ppo.n_steps * args.rollouts, reset_num_timesteps=False)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    first, last = rows[0], rows[-1]
+    print(f"{args.out.name}: trace_G {first['trace_G']:.3g} -> {last['trace_G']:.3g}, loss {first['loss_fp64']:.3g} -> {last['loss_fp64']:.3g}, coef {first['coef']:.3g} -> {last['coef']:.3g}")
+
+
+if __name__ == "__main__":
+    main()
