@@ -11,3 +11,21 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+SUITES = Path(__file__).resolve().parents[1] / "rl_moe" / "continual" / "suites"
+
+
+@pytest.fixture
+def faucet_suite(tmp_path: Path) -> Path:
+    """A suite file: CW10's episode rules and PPO preset on faucet-close-v3 alone (the learning
+    guards of test_learning.py and test_learning_slow.py)."""
+    data = json.loads((SUITES / "cw10.json").read_text())
+    data.update(name="faucet", tasks=[{"name": "faucet-close-v3"}])
+    path = tmp_path / "faucet.json"
+    path.write_text(json.dumps(data))
+    return path
