@@ -131,6 +131,32 @@ def test_report_tables_match_hand_computed(report: tuple[Path, str]) -> None:
     assert table_row(md, "final-checkpoint success", "reach") == ["0.38 ± 0.12", "0.50 ± 0.00"]
 
 
+def test_paper_columns_next_to_cw10_tasks(tmp_path: Path) -> None:
+    # A CW10 prefix under CRL gets Table 14's columns; a slice's paper average is left blank.
+    tasks = ["hammer-v3", "push-wall-v3", "faucet-close-v3"]
+    for method, seed in itertools.product(("topk", "sphere"), (0, 1)):
+        data = results(method, "crl", seed, [1.0, 0.0, 0.5], suite="cw10", tasks=tasks,
+                       eval_curves={t: {"steps": [i * SPT + 50, (i + 1) * SPT], "success": [0.0, 1.0]} for i, t in enumerate(tasks)})
+        write_run(tmp_path / "runs", data)
+    # RL on tasks out of CW10's order is still Table 13.
+    rl_tasks = ["faucet-close-v3", "handle-press-side-v3", "window-close-v3"]
+    write_run(tmp_path / "runs", results("topk", "rl", 0, [1.0, 1.0, 0.9], suite="mw3", tasks=rl_tasks,
+                                         eval_curves={t: {"steps": [SPT], "success": [1.0]} for t in rl_tasks}))
+    out = tmp_path / "report"
+    assert main([str(tmp_path / "runs"), "--out", str(out), "--reps", "200"]) == 0
+    md = (out / "report.md").read_text()
+    crl = "cw10 / ppo / CRL: success right after"
+    header = [c.strip() for c in md[md.index(crl):].split("\n")[2].strip("|").split("|")]
+    assert header == ["task", "topk (n=2)", "sphere (n=2)", "paper: topk (n=5)", "paper: sphere (n=5)"]
+    assert table_row(md, crl, "push-wall-v3") == ["0.00 ± 0.00", "0.00 ± 0.00", "0.00 ± 0.00", "0.70 ± 0.25"]
+    assert table_row(md, crl, "faucet-close-v3")[2:] == ["0.38 ± 0.47", "1.00 ± 0.00"]
+    assert table_row(md, crl, "average")[2:] == ["—", "—"]
+    assert "SPHERE Table 14" in md[md.index(crl):md.index(crl) + 200]
+    assert table_row(md, "mw3 / ppo / RL: success right after", "window-close-v3") == ["0.90", "1.00 ± 0.00"]
+    # The final-checkpoint table has no paper columns.
+    assert len(table_row(md, "cw10 / ppo / CRL: final-checkpoint", "hammer-v3")) == 2
+
+
 def test_rl_crl_gap_and_headline(runs_root: Path, report: tuple[Path, str]) -> None:
     ctx = contexts(load_runs([runs_root]))[0]
     gap = rl_crl_gap(ctx.runs["rl"]["topk"], ctx.runs["crl"]["topk"])
@@ -396,3 +422,26 @@ def test_auc_uses_the_segments_a_run_really_trained(runs_root: Path) -> None:
     # reference: 0 until 150, ramp to 0.5 by 200: AUC = 12.5/200 = 0.0625
     got = run_cl_metrics(run, ref)
     assert got.forward_transfer == pytest.approx((0.25 - 0.0625) / (1 - 0.0625))
+
+
+def test_success_axes_are_clamped_and_condition_numbers_log_scaled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs_root: Path) -> None:
+    from rl_moe.report import plots
+
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
+    assert plots.axis_for("eval/success") == {"ylim": (0.0, 1.0)} and plots.axis_for("plasticity/feature_cond") == {"log": True}
+    steps = np.array([0.0, 100.0, 200.0])
+    cond = {"topk": [Curve(steps, np.array([1e2, 1e6, 1e10])), Curve(steps, np.array([1e3, 1e7, 1e9]))]}
+    plots.plot_bands(cond, "t", "kappa", tmp_path / "k.png", [], **plots.axis_for("plasticity/feature_cond"))
+    ax = figures[-1].axes[0]
+    assert ax.get_yscale() == "log"
+    # The line is the geometric mean of the seeds, 10**mean(log10): 10**6.5 at step 100.
+    x, y = ax.lines[0].get_xdata(), ax.lines[0].get_ydata()
+    assert np.interp(100.0, x, np.log10(y)) == pytest.approx(6.5, abs=0.05)
+    assert y[-1] == pytest.approx(10**9.5)
+    success = {"topk": [Curve(steps, np.array([0.0, 1.0, 1.0])), Curve(steps, np.array([0.0, 0.0, 1.0]))]}
+    plots.plot_bands(success, "t", "success", tmp_path / "s.png", [], **plots.axis_for("eval/success"))
+    assert figures[-1].axes[0].get_ylim() == (0.0, 1.0)
+    ctx = contexts(load_runs([runs_root]))[0]
+    plots.plot_success(ctx, "crl", ["topk", "sphere"], tmp_path / "bars.png")
+    assert figures[-1].axes[0].get_ylim() == (0.0, 1.0)

@@ -50,7 +50,7 @@ class ReportFiles:
 
 def _figures(ctx: Context, opts: ReportOptions, out: Path, scalars: dict[Path, dict[str, Curve]]) -> list[Block]:
     try:
-        from rl_moe.report.plots import eval_curve, plot_bands, plot_success, slug
+        from rl_moe.report.plots import axis_for, eval_curve, plot_bands, plot_success, slug
     except ImportError:
         return [Paragraph(MISSING_MATPLOTLIB)]
     blocks: list[Block] = []
@@ -64,13 +64,13 @@ def _figures(ctx: Context, opts: ReportOptions, out: Path, scalars: dict[Path, d
         curves = {m: [eval_curve(r) for r in by_method[m]] for m in methods}
         name = slug("eval", ctx.suite, ctx.algo, protocol) + ".png"
         title = f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: current-task success over training"
-        if plot_bands(curves, title, TAG_LABELS["eval/success"], out / name, bounds):
+        if plot_bands(curves, title, TAG_LABELS["eval/success"], out / name, bounds, **axis_for("eval/success")):
             blocks.append(Image(name, title + " (mean ± std over seeds)"))
         for tag in opts.plasticity_tags:
             curves = {m: [scalars[r.path][tag] for r in by_method[m] if tag in scalars[r.path]] for m in methods}
             name = slug(tag.replace("/", "-"), ctx.suite, ctx.algo, protocol) + ".png"
             title = f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {tag}"
-            if plot_bands(curves, title, TAG_LABELS.get(tag, tag), out / name, bounds):
+            if plot_bands(curves, title, TAG_LABELS.get(tag, tag), out / name, bounds, **axis_for(tag)):
                 blocks.append(Image(name, title + " over training (mean ± std over seeds; dashed lines: task boundaries)"))
     return blocks
 

@@ -38,8 +38,24 @@ def _save(fig: plt.Figure, path: Path) -> Path:
     return path
 
 
+def axis_for(tag: str) -> dict[str, object]:
+    """:func:`plot_bands` axis options of a tag: success in [0, 1]; condition numbers, which span
+    orders of magnitude, on a log axis."""
+    if tag.endswith("success"):
+        return {"ylim": (0.0, 1.0)}
+    if "cond" in tag:
+        return {"log": True}
+    return {}
+
+
 def plot_bands(
-    curves: dict[str, list[Curve]], title: str, ylabel: str, path: Path, boundaries: Sequence[float]
+    curves: dict[str, list[Curve]],
+    title: str,
+    ylabel: str,
+    path: Path,
+    boundaries: Sequence[float],
+    ylim: tuple[float, float] | None = None,
+    log: bool = False,
 ) -> Path | None:
     """One line per method with a mean ± std band over seeds; dashed lines mark task boundaries.
 
@@ -48,7 +64,11 @@ def plot_bands(
     :param ylabel: y-axis label
     :param path: PNG to write
     :param boundaries: global steps where a new task starts
+    :param ylim: fixed y range (the band is clipped to it)
+    :param log: log-scaled y axis (the band is drawn in log space: mean ± std of log10 values)
     """
+    if log:  # a band over orders of magnitude is only meaningful in log space
+        curves = {m: [Curve(c.steps, np.log10(np.maximum(c.values, 1e-300))) for c in cs] for m, cs in curves.items()}
     bands = {m: seed_band(c) for m, c in curves.items()}
     bands = {m: b for m, b in bands.items() if b.n}
     if not bands:
@@ -56,9 +76,18 @@ def plot_bands(
     fig, ax = plt.subplots(figsize=(7.5, 4.0))
     xmax = 0.0
     for m, b in bands.items():
-        (line,) = ax.plot(b.grid, b.mean, label=f"{m} (n={b.n})", lw=1.6)
-        ax.fill_between(b.grid, b.mean - b.std, b.mean + b.std, color=line.get_color(), alpha=0.2, lw=0)
+        mean, lo, hi = b.mean, b.mean - b.std, b.mean + b.std
+        if log:
+            mean, lo, hi = 10.0**mean, 10.0**lo, 10.0**hi
+        if ylim is not None:
+            lo, hi = np.clip(lo, *ylim), np.clip(hi, *ylim)
+        (line,) = ax.plot(b.grid, mean, label=f"{m} (n={b.n})", lw=1.6)
+        ax.fill_between(b.grid, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
         xmax = max(xmax, float(b.grid[-1]))
+    if log:
+        ax.set_yscale("log")
+    if ylim is not None:
+        ax.set_ylim(*ylim)
     _task_boundaries(ax, boundaries, xmax)
     ax.set_xlabel("environment steps")
     ax.set_ylabel(ylabel)
@@ -98,10 +127,11 @@ def plot_success(ctx: Context, protocol: str, methods: Sequence[str], path: Path
                 # a black bar-wide tick per task: the final checkpoint's success on that task
                 ax.scatter(xs, final, marker="_", s=900 * width, color="k", zorder=3, label="final checkpoint" if k == 0 else None)
     ax.set_xticks(x, ctx.tasks, rotation=35, ha="right", fontsize=8)
-    ax.set_ylim(0, 1.3)
+    ax.set_ylim(0, 1)
     ax.set_yticks(np.linspace(0, 1, 6))
     ax.set_ylabel("success")
     ax.set_title(f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: success per task")
-    ax.legend(fontsize=7, ncol=3, loc="upper left")
+    # Outside the axes: success stays on [0, 1] with no room left above the bars.
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)

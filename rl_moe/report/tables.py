@@ -8,6 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rl_moe.report.loading import Run, RunSet
+from rl_moe.report.paper import paper_cells
 from rl_moe.report.render import Table
 from rl_moe.report.stats import (
     CLMetrics,
@@ -85,10 +86,17 @@ def success_table(ctx: Context, protocol: str, field: str, baseline: str, method
         return None
     methods = method_order(list(by_method), baseline, method)
     stats = {m: per_task(by_method[m], field) for m in methods}
-    rows = [(task, *(fmt_ms(stats[m].cells[j]) for m in methods)) for j, task in enumerate(ctx.tasks)]
-    rows.append(("average", *(fmt_ms(stats[m].average) for m in methods)))
-    header = ("task", *(f"{m} {_seeds_label(by_method[m])}" for m in methods))
+    # The paper's columns (Tables 13-14) sit next to the measured ones where it reports every task.
+    paper = {m: cells for m in methods if field == "own" and (cells := paper_cells(protocol, m, ctx.tasks)) is not None}
+    rows = [
+        (task, *(fmt_ms(stats[m].cells[j]) for m in methods), *(fmt_ms(cells[j]) for cells in paper.values()))
+        for j, task in enumerate(ctx.tasks)
+    ]
+    rows.append(("average", *(fmt_ms(stats[m].average) for m in methods), *(fmt_ms(cells[-1]) for cells in paper.values())))
+    header = ("task", *(f"{m} {_seeds_label(by_method[m])}" for m in methods), *(f"paper: {m} (n=5)" for m in paper))
     caption = f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {FIELDS[field]} (mean ± std over seeds)"
+    if paper:
+        caption += f"; paper: SPHERE Table {13 if protocol == 'rl' else 14}"
     return Table(header, tuple(rows), caption)
 
 
