@@ -46,6 +46,7 @@ from rl_moe.continual.resolve import DEVICES, RunRequest, resolve  # noqa: E402
 from rl_moe.continual.rng import load as load_training_state  # noqa: E402
 from rl_moe.continual.results import Results, checkpoint_ok, load_regularizer_state  # noqa: E402
 from rl_moe.rundir import RunDir  # noqa: E402
+from rl_moe.runlock import RunLock, RunLocked  # noqa: E402
 from rl_moe.continual.suites import builtin_suites  # noqa: E402
 
 EXIT_DIVERGED = 3
@@ -138,7 +139,7 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> None:
 
 
 def _new_run_dir(cfg: RunConfig, out: str) -> Path:
-    base = Path(out) / cfg.suite_name / f"{cfg.algo}-{cfg.method}-s{cfg.seed}-{cfg.created}"
+    base = Path(out) / cfg.suite_name / f"{cfg.algo}-{cfg.method}-{cfg.protocol}-s{cfg.seed}-{cfg.created}"
     path, n = base, 1
     while path.exists():  # two runs started in the same second
         path, n = base.with_name(f"{base.name}-{n}"), n + 1
@@ -241,25 +242,45 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE
-    resume_cmd = f"python -m rl_moe.crl --resume {run_dir.resolve()}"
     results_path = RunDir(run_dir).results
-    if results_path.is_file() and json.loads(results_path.read_text()).get("complete"):
-        print(f"run {run_dir} is already complete; nothing to do")
+    done = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    if done.get("complete"):
+        ignored = f" (ignored: {', '.join('--set ' + o for o in args.overrides)})" if args.overrides else ""
+        print(f"run {run_dir} is already complete; nothing to do{ignored}")
         return 0
     if args.threads < 1:
         sys.stderr.write(f"error: --threads must be >= 1, got {args.threads}\n")
         return EXIT_USAGE
     import torch
 
-    from rl_moe.continual.scheduler import ContinualScheduler
-
     torch.set_num_threads(args.threads)
 
     run_dir.mkdir(parents=True, exist_ok=True)
+    try:  # before anything is written: a second writer would mix its files into the first's
+        lock = RunLock(run_dir).acquire()
+    except RunLocked as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_USAGE
+    try:
+        return _train(args, cfg, run_dir, int(done.get("finished_tasks", 0)))
+    finally:
+        lock.release()
+
+
+def _train(args: argparse.Namespace, cfg: RunConfig, run_dir: Path, finished: int) -> int:
+    """Write the config and train (``finished`` tasks are done); the caller holds the folder's lock."""
+    from rl_moe.continual.scheduler import ContinualScheduler
+
+    resume_cmd = f"python -m rl_moe.crl --resume {run_dir.resolve()}"
+    results_path = RunDir(run_dir).results
+    for tmp in RunDir(run_dir).stale_temp_files():  # the lock makes them no live writer's
+        tmp.unlink(missing_ok=True)
     stored = RunDir(run_dir).config
     if not stored.is_file() or stored.read_text() != json.dumps(cfg.to_dict(), indent=2) + "\n":
         cfg.save(str(stored))  # new run, restarted partial folder, or --set on a resume
     print(f"run folder: {run_dir}", flush=True)
+    if finished:
+        print(f"resuming at task {finished + 1}/{len(cfg.tasks)} ({finished} finished)", flush=True)
     note = _rollout_note(cfg)
     if note:
         print(note, flush=True)

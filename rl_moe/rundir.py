@@ -11,6 +11,7 @@
                       task_<idx:02d>_<task>.state.pt           generators and counters (rng.py)
                       task_<idx:02d>_<task>.vecnormalize.pkl   VecNormalize statistics, if used
     <run>/sweep.log                                  output of a trial run by rl_moe.sweep
+    <run>/.lock                                      held by the process writing the run (its PID)
     <run>/reroute-<router>-a<alpha>.json             re-evaluations by rl_moe.evaluate
 """
 
@@ -30,6 +31,7 @@ class RunDir:
     TB = "tb"
     CHECKPOINTS = "checkpoints"
     SWEEP_LOG = "sweep.log"
+    LOCK = ".lock"
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -52,6 +54,15 @@ class RunDir:
         from rl_moe.diagnostics.probe import PROBE_FILE
 
         return self.path / PROBE_FILE
+
+    @property
+    def lock(self) -> Path:
+        return self.path / self.LOCK
+
+    def stale_temp_files(self) -> list[Path]:
+        """Temp files of interrupted atomic writes (``.<name>.<random>.tmp`` in the folder and in
+        ``checkpoints/``); a kill -9 mid-write leaves them (a CW10 checkpoint's is ~19 MB)."""
+        return sorted(p for folder in (self.path, self.path / self.CHECKPOINTS) for p in folder.glob(".?*.*.tmp") if p.is_file())
 
     @property
     def sweep_log(self) -> Path:

@@ -138,7 +138,7 @@ def test_progress_line_draws_bar_counts_and_newline() -> None:
     line = ProgressLine("[task 1/2 a]", task_start=1000, task_steps=200, stream=out, interval=0.0)
     line.num_timesteps = 1000
     line._on_training_start()
-    assert out.getvalue().endswith("ETA      ?")  # nothing done yet: no rate, no ETA
+    assert out.getvalue().endswith("ETA ?")  # nothing done yet: no rate, no ETA
     line.num_timesteps = 1050
     line._on_step()
     last = out.getvalue().split("\r")[-1]
@@ -167,3 +167,26 @@ def test_progress_eta_covers_the_run_at_the_rollout_plus_update_rate(monkeypatch
     line._on_rollout_start()
     # 50 steps left in this task + 200 in the later tasks, at 10 steps/s.
     assert line.eta_seconds() == pytest.approx(25.0)
+    assert progress.hms(25.0) == "0:00:25" and progress.hms(3 * 3600 + 62.4) == "3:01:02" and progress.hms(float("nan")) == "?"
+
+
+def test_progress_eta_before_the_first_cycle_uses_the_previous_task_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    # During a rollout, steps arrive 4-6x faster than whole cycles; an ETA from them is too short.
+    import io
+    import types
+
+    from rl_moe.continual import progress
+
+    clock = {"t": 0.0}
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock["t"])
+    for prior, expected in ((None, float("nan")), (10.0, (950 + 4_000) / 10.0)):
+        out = io.StringIO()
+        line = progress.ProgressLine("[task 2/3 b]", task_start=100, task_steps=1_000, stream=out, interval=0.0, later_steps=4_000, prior_rate=prior)
+        line.model = types.SimpleNamespace(num_timesteps=100)  # type: ignore[assignment]
+        line.num_timesteps = 100
+        line._on_training_start()
+        clock["t"] += 1.0
+        line.num_timesteps = 150  # 50 rollout steps in 1 s: 50 steps/s, not the cycle's 10
+        line._on_step()
+        assert line.eta_seconds() == pytest.approx(expected, nan_ok=True)
+        assert out.getvalue().endswith("run ETA ?" if prior is None else "run ETA 0:08:15")

@@ -26,7 +26,7 @@ def _run_dir(out: Path) -> Path:
 
 
 def _check_artifacts(run: Path, tasks: list[str], algo: str, method: str) -> dict:
-    assert run.name.startswith(f"{algo}-{method}-s0-")
+    assert run.name.startswith(f"{algo}-{method}-crl-s0-")
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["algo"] == algo and cfg["method"] == method and cfg["net"]["hidden"] == [32, 32]
     assert list((run / "tb").glob("events.out.tfevents.*"))
@@ -141,13 +141,17 @@ def test_interrupt_then_resume_trains_each_task_once(tmp_path: Path, monkeypatch
     assert partial["finished_tasks"] == 1 and not partial["complete"] and partial["final_success"] == [None] * 3
     first_ckpt = RunDir(run).checkpoint(0, "pendulum-0").read_bytes()
 
+    capsys.readouterr()
     assert main(["--resume", str(run), "--no-progress"]) == 0
+    assert "resuming at task 2/3 (1 finished)" in capsys.readouterr().out
     assert trained == [0, 1, 1, 2]  # task 0 not retrained, none skipped
     assert RunDir(run).checkpoint(0, "pendulum-0").read_bytes() == first_ckpt
     res = json.loads((run / "results.json").read_text())
     assert res["complete"] and res["finished_tasks"] == 3 and all(v is not None for v in res["final_success"])
     assert [s[0] for s in res["task_segments"]] == [0, res["task_segments"][0][1], res["task_segments"][1][1]]
     assert main(["--resume", str(run)]) == 0  # already complete: nothing to do
+    assert main(["--resume", str(run), "--set", "ppo.lr_start=1e-4"]) == 0
+    assert "already complete; nothing to do (ignored: --set ppo.lr_start=1e-4)" in capsys.readouterr().out
 
 
 def test_resume_continues_the_regularizers_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -220,8 +224,8 @@ BAD_INPUTS = [
     (["--algo", "sac"], "valid choices: ppo, td3"),
     (["--method", "moe"], "valid choices: topk, dense_moe"),
     (["--protocol", "joint"], "valid choices: crl, rl"),
-    (["--steps-per-task", "0"], "must be > 0"),
-    (["--steps-per-task", "-5"], "must be > 0"),
+    (["--steps-per-task", "0"], "--steps-per-task must be in 1..100,000,000, got 0"),
+    (["--steps-per-task", "-5"], "--steps-per-task must be in 1..100,000,000, got -5"),
     (["--tasks", "11"], "must be in 1..10"),
     (["--tasks", "0"], "must be in 1..10"),
     (["--experts", "4", "--top-k", "5"], "top_k must be in [1, n_experts=4]"),
@@ -243,6 +247,10 @@ BAD_INPUTS = [
     (["--set", "ppo.n_steps=1e400"], "expected an int"),
     (["--set", "ppo.lr_start=inf"], "expected a finite float"),
     (["--set", "ppo.gamma=5"], "must be in (0, 1]"),
+    (["--set", "ppo.batch_size=1"], "ppo.batch_size must be >= 2"),
+    (["--set", "ppo.n_steps=1", "--set", "ppo.n_envs=1"], "ppo.n_envs * ppo.n_steps must be >= 2"),
+    (["--seed", "4294967296"], "--seed must be in 0..42948"),
+    (["--steps-per-task", "1000000000000"], "--steps-per-task must be in 1..100,000,000"),
 ]
 
 

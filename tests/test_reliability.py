@@ -102,6 +102,10 @@ def test_interrupted_and_resumed_run_is_bit_identical(
 def test_guard_names_the_first_non_finite_term() -> None:
     assert first_non_finite({"train/loss": 1.0, "eval/x": math.nan}) is None  # train/* only
     assert first_non_finite({"train/loss": 1.0, "train/loss_sphere": math.nan}) == ("train/loss_sphere", pytest.approx(math.nan, nan_ok=True))
+    # Build order, not logging order: the entropy term logged first was NaN only because of the penalty.
+    logged = {"train/entropy_loss": math.nan, "train/policy_gradient_loss": math.nan, "train/value_loss": math.nan, "train/loss_sphere": math.nan, "train/coef_sphere": 0.5}
+    assert first_non_finite(logged)[0] == "train/loss_sphere"
+    assert first_non_finite({"train/entropy_loss": math.nan, "train/value_loss": math.inf})[0] == "train/value_loss"
     p = torch.nn.Parameter(torch.ones(3))
     check_update({"train/loss": 2.0}, [p])
     p.grad = torch.tensor([0.0, math.inf, 0.0])
@@ -127,6 +131,23 @@ def test_divergence_exits_3_with_one_line_and_resumes_after_a_fix(tmp_path: Path
     cfg = json.loads((run / "config.json").read_text())
     assert (cfg["ppo"]["lr_start"] if algo == "ppo" else cfg["td3"]["lr"]) == 1e-3
     assert json.loads((run / "results.json").read_text())["complete"]
+
+
+def test_a_nan_penalty_is_named_as_the_term_that_diverged(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rl_moe.regularizers.sphere import Sphere
+
+    original = Sphere.network_loss
+    calls = [0]
+
+    def nan_after_a_while(self, out, reference=None):  # type: ignore[no-untyped-def]
+        calls[0] += 1
+        loss = original(self, out, reference)
+        return loss * math.nan if calls[0] > 3 else loss
+
+    monkeypatch.setattr(Sphere, "network_loss", nan_after_a_while)
+    assert main([*TINY, "--method", "sphere", "--run-dir", str(tmp_path / "run"), "--tasks", "1", "--steps-per-task", "256"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "train/loss_sphere became nan" in err[0], err
 
 
 def test_a_failing_probe_metric_warns_and_training_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,9 +29,29 @@ class NonFiniteError(RuntimeError):
         self.tag, self.value = tag, value
 
 
+#: Base loss terms in the order the learners build the loss, after the regularizer terms (which
+#: are computed from the forward pass alone, before any base term touches them).
+BASE_TERMS = ("policy_gradient_loss", "actor_loss", "value_loss", "critic_loss", "entropy_loss")
+
+
+def _build_order(tag: str) -> int:
+    """Where ``tag``'s term enters the loss: regularizer terms (``loss_<reg>``, ``coef_<reg>``)
+    first, then the base terms of :data:`BASE_TERMS`, then everything derived from them."""
+    name = tag.split("/", 1)[-1]
+    if name.startswith(("loss_", "coef_")):
+        return 0
+    return 1 + BASE_TERMS.index(name) if name in BASE_TERMS else 1 + len(BASE_TERMS)
+
+
 def first_non_finite(values: Mapping[str, Any], prefix: str = "train/") -> tuple[str, float] | None:
-    """The first ``(tag, value)`` under ``prefix`` that is a non-finite number, or None."""
-    for tag, value in values.items():
+    """The first ``(tag, value)`` under ``prefix`` that is a non-finite number, or None.
+
+    "First" is in the order the loss is built (:func:`_build_order`), not the logging order: a NaN
+    penalty makes the next update's policy, value and entropy terms NaN too, and the message must
+    name where it started. Ties keep the logging order.
+    """
+    ordered = sorted(values.items(), key=lambda kv: _build_order(kv[0]))  # stable
+    for tag, value in ordered:
         if not tag.startswith(prefix) or isinstance(value, bool):
             continue
         try:

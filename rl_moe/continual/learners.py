@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from rl_moe.continual.errors import check_choice, check_positive, check_within
+from rl_moe.continual.errors import UsageError, check_choice, check_positive, check_within
 
 #: ``(section, env, regularizers, common kwargs) -> learner``; ``common`` holds seed, device,
 #: verbosity and the policy kwargs.
@@ -197,6 +197,11 @@ def _check_ppo(p: PPOConfig) -> None:
     check_positive("ppo", p, ("n_envs", "n_steps", "batch_size", "n_epochs", "lr_start", "lr_decay_fraction", "clip_range", "max_grad_norm"), ("lr_end", "ent_coef", "vf_coef"))
     check_within("ppo", p, ("gamma", "lr_decay_fraction"), 0.0, 1.0, True)
     check_within("ppo", p, ("gae_lambda",), 0.0, 1.0, False)
+    # SB3 normalises advantages per minibatch, which needs two samples (it asserts otherwise).
+    if p.batch_size < 2:
+        raise UsageError(f"ppo.batch_size must be >= 2 (advantages are normalised per minibatch), got {p.batch_size}")
+    if p.n_envs * p.n_steps < 2:
+        raise UsageError(f"ppo.n_envs * ppo.n_steps must be >= 2 (the rollout is split into minibatches), got {p.n_envs} * {p.n_steps}")
 
 
 def _build_td3(t: TD3Config, env: Any, regs: list, common: dict) -> Any:

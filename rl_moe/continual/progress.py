@@ -13,9 +13,11 @@ from stable_baselines3.common.callbacks import BaseCallback
 class ProgressLine(BaseCallback):
     """Redraws ``[task i/N name] steps/total  steps/s  ETA`` at most every ``interval`` seconds.
 
-    The rate is measured over whole rollout-plus-update cycles once one has finished (a rollout
-    alone runs several times faster than the cycle), and the ETA covers the rest of the run:
-    this task's remaining steps plus ``later_steps``.
+    The rate is measured over whole rollout-plus-update cycles (a rollout alone runs 4-6x faster
+    than the cycle, so a rollout-only rate gives an ETA that much too short). Until this task's
+    first cycle has finished the previous task's cycle rate (``prior_rate``) stands in, and without
+    one no ETA is shown. The ETA covers the rest of the run, this task's remaining steps plus
+    ``later_steps``, as h:mm:ss.
 
     :param label: task label shown in front
     :param task_start: global step at which the task began
@@ -23,17 +25,26 @@ class ProgressLine(BaseCallback):
     :param stream: output stream (stderr by default)
     :param interval: minimum seconds between redraws
     :param later_steps: steps of the tasks still to come after this one
+    :param prior_rate: steps/s over the cycles of the previous task, if any
     """
 
     def __init__(
-        self, label: str, task_start: int, task_steps: int, stream: TextIO | None = None, interval: float = 1.0, later_steps: int = 0
+        self,
+        label: str,
+        task_start: int,
+        task_steps: int,
+        stream: TextIO | None = None,
+        interval: float = 1.0,
+        later_steps: int = 0,
+        prior_rate: float | None = None,
     ) -> None:
         super().__init__()
         self.label, self.task_start, self.task_steps = label, task_start, task_steps
         self.stream = stream if stream is not None else sys.stderr
         self.interval, self.later_steps = interval, later_steps
         self._t0 = self._last = 0.0
-        self._cycle_rate: float | None = None  # steps/s over finished rollout + update cycles
+        self._prior_rate = prior_rate
+        self._cycle_rate: float | None = None  # steps/s over this task's finished rollout + update cycles
 
     def _on_training_start(self) -> None:
         self._t0 = self._last = time.perf_counter()
@@ -56,21 +67,33 @@ class ProgressLine(BaseCallback):
         self.stream.write("\n")
         self.stream.flush()
 
+    @property
+    def cycle_rate(self) -> float | None:
+        """Steps/s over whole cycles: this task's once one has finished, else the prior rate."""
+        return self._cycle_rate if self._cycle_rate is not None else self._prior_rate
+
     def eta_seconds(self) -> float:
-        """Seconds left in the run at the measured throughput (NaN before any step)."""
+        """Seconds left in the run at the cycle rate (NaN while no cycle has been timed)."""
         done = min(self.num_timesteps - self.task_start, self.task_steps)
-        rate = self._cycle_rate if self._cycle_rate is not None else done / max(time.perf_counter() - self._t0, 1e-9)
+        rate = self.cycle_rate
         left = self.task_steps - done + self.later_steps
-        return left / rate if rate > 0 else float("nan")
+        return left / rate if rate is not None and rate > 0 else float("nan")
 
     def _draw(self) -> None:
         done = min(self.num_timesteps - self.task_start, self.task_steps)
-        elapsed = max(time.perf_counter() - self._t0, 1e-9)
-        rate = self._cycle_rate if self._cycle_rate is not None else done / elapsed
+        rate = self.cycle_rate
         eta = self.eta_seconds()
         width = 24
         filled = int(width * done / self.task_steps)
         bar = "#" * filled + "-" * (width - filled)
-        eta_s = "     ?" if math.isnan(eta) else f"{eta:6.0f}s"
-        self.stream.write(f"\r{self.label} [{bar}] {done:>9,}/{self.task_steps:,}  {rate:7.0f} steps/s  run ETA {eta_s}")
+        rate_s = "      ?" if rate is None else f"{rate:7.0f}"
+        self.stream.write(f"\r{self.label} [{bar}] {done:>9,}/{self.task_steps:,}  {rate_s} steps/s  run ETA {hms(eta)}")
         self.stream.flush()
+
+
+def hms(seconds: float) -> str:
+    """``h:mm:ss`` (``?`` for NaN)."""
+    if math.isnan(seconds):
+        return "?"
+    total = int(round(seconds))
+    return f"{total // 3600}:{total % 3600 // 60:02d}:{total % 60:02d}"

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from rl_moe.cli import EXIT_USAGE, UsageParser
+from rl_moe.runlock import Holder, lock_holder
 from rl_moe.continual.learners import LEARNERS
 from rl_moe.sweep.backends import (
     LocalPlan, Outcomes, RayOptions, check_parallel, local_slots, pin_gpu, plan_local, ray_available, run_local, run_ray,
@@ -86,8 +87,17 @@ def validate(cfg: SweepConfig, trials: Sequence[Trial]) -> None:
             raise SweepError(f"trial {trial.name}: bad arguments {' '.join(argv)}") from None
 
 
+def _holder_text(holder: Holder) -> str:
+    return f"in use by process {holder.pid}" if holder.pid is not None else "in use by another process"
+
+
 def _report(outcome: Outcome, done: int, total: int) -> None:
-    extra = {"done": f"{outcome.seconds:.0f}s", "skipped": "already complete", "failed": f"exit {outcome.returncode}, log {outcome.log}"}
+    extra = {
+        "done": f"{outcome.seconds:.0f}s",
+        "skipped": "already complete",
+        "busy": f"{outcome.log}; skipped",
+        "failed": f"exit {outcome.returncode}, log {outcome.log}",
+    }
     print(f"[{done}/{total}] {outcome.status:<7} {outcome.trial.name} ({extra[outcome.status]})", flush=True)
 
 
@@ -139,12 +149,15 @@ def run_sweep(
     chosen = resolve_backend(backend, cfg, ray_opts.address)
     trials = grid(cfg)
     complete = {t.run_dir for t in trials if is_complete(t.run_dir)}
-    jobs = [(t, trial_command(t, cfg)) for t in trials if t.run_dir not in complete]
+    # A trial whose folder another process is writing (an earlier sweep still running) is left to it.
+    busy = {t.run_dir: h for t in trials if t.run_dir not in complete and (h := lock_holder(t.run_dir)) is not None}
+    jobs = [(t, trial_command(t, cfg)) for t in trials if t.run_dir not in complete and t.run_dir not in busy]
     plan = plan_local(cfg, ray_opts.num_cpus, len(jobs)) if chosen == "local" else None
     if plan is not None:
         why = "ray is not installed (pip install 'rl_moe[sweep]'): " if backend == "auto" and not ray_available() else ""
         print(f"{why}running {plan.slots} trial{'s' * (plan.slots != 1)} at a time on this machine", flush=True)
     outcomes = [Outcome(t, "skipped") for t in trials if t.run_dir in complete]
+    outcomes += [Outcome(t, "busy", log=_holder_text(busy[t.run_dir])) for t in trials if t.run_dir in busy]
     for i, o in enumerate(outcomes, 1):
         _report(o, i, len(trials))
     before = {t.run_dir: trained_steps(t.run_dir) for t, _ in jobs}

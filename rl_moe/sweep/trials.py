@@ -76,7 +76,8 @@ class SweepConfig:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a trial ended: ``status`` is ``done``, ``skipped`` (already complete) or ``failed``;
+    """How a trial ended: ``status`` is ``done``, ``skipped`` (already complete), ``busy`` (its
+    folder is locked by another live process, named in ``log``) or ``failed``;
     ``env_steps`` counts the steps it trained in this sweep (a resumed trial's earlier ones not)."""
 
     trial: Trial

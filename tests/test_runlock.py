@@ -1,0 +1,117 @@
+"""One writer per run folder: the OS lock, the CLI's refusal and the sweep's skip."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rl_moe.crl import main
+from rl_moe.runlock import Holder, RunLock, RunLocked, lock_holder
+from rl_moe.sweep import SweepConfig, grid, run_sweep
+
+TINY = ["--suite", "smoke", "--tasks", "1", "--steps-per-task", "64", "--preset", "tiny", "--no-progress"]
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def partial_run(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2-task smoke run stopped (Ctrl-C) at the start of task 2: resumable."""
+    from rl_moe.continual import scheduler
+
+    original = scheduler.ContinualScheduler._train_task
+
+    def stop_at_task_2(self: scheduler.ContinualScheduler, i: int, probe: object) -> None:
+        if i == 1:
+            raise KeyboardInterrupt
+        original(self, i, probe)
+
+    with monkeypatch.context() as m:
+        m.setattr(scheduler.ContinualScheduler, "_train_task", stop_at_task_2)
+        assert main([*TINY, "--tasks", "2", "--run-dir", str(run)]) == 130
+
+
+def test_second_writer_exits_2_naming_the_holder_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "run"
+    partial_run(run, monkeypatch)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    locks = [RunLock(run).acquire(), RunLock(fresh).acquire()]  # stand in for runs still training there
+    try:
+        assert lock_holder(run) == Holder(os.getpid())
+        before = {d: tree(d) for d in (run, fresh)}
+        capsys.readouterr()
+        attempts = [
+            [*TINY, "--tasks", "2", "--run-dir", str(run)],  # the same command again
+            ["--resume", str(run), "--set", "ppo.lr_start=1e-4"],  # would rewrite config.json
+            [*TINY, "--run-dir", str(fresh)],
+        ]
+        for argv in attempts:
+            assert main(argv) == 2, argv
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and f"is in use by process {os.getpid()}" in err[0], err
+            assert {d: tree(d) for d in (run, fresh)} == before
+        with pytest.raises(RunLocked):
+            RunLock(run).acquire()
+    finally:
+        for lock in locks:
+            lock.release()
+    assert lock_holder(run) is None
+    assert main(["--resume", str(run)]) == 0  # free again: the run finishes
+
+
+def test_a_killed_writer_leaves_no_stale_lock(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    code = f"from rl_moe.runlock import RunLock; import time; lock = RunLock({str(run)!r}).acquire(); print('locked', flush=True); time.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "locked"
+        assert lock_holder(run) == Holder(child.pid)
+        with pytest.raises(RunLocked, match=f"process {child.pid}"):
+            RunLock(run).acquire()
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert lock_holder(run) is None  # the kernel dropped the lock with the process
+    RunLock(run).acquire().release()
+
+
+def test_sweep_skips_trials_whose_folder_is_in_use(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from rl_moe.sweep import Outcome, Trial
+
+    ran: list[int] = []
+
+    def runner(trial: Trial, command: list[str], env: dict[str, str]) -> Outcome:
+        ran.append(trial.seed)
+        return Outcome(trial, "done")
+
+    cfg = SweepConfig(suites=("smoke",), methods=("topk",), seeds=(0, 1), out=tmp_path)
+    busy_dir = next(t.run_dir for t in grid(cfg) if t.seed == 1)
+    busy_dir.mkdir(parents=True)
+    lock = RunLock(busy_dir).acquire()
+    try:
+        outcomes = run_sweep(cfg, "sequential", runner)
+    finally:
+        lock.release()
+    assert ran == [0]
+    assert {o.trial.seed: o.status for o in outcomes} == {0: "done", 1: "busy"}
+    assert f"busy    smoke/ppo-topk-crl-s1 (in use by process {os.getpid()}; skipped)" in capsys.readouterr().out
+
+
+def test_stale_temp_files_of_a_killed_run_are_removed_on_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = tmp_path / "run"
+    partial_run(run, monkeypatch)
+    stale = [run / ".results.json.k3j9x.tmp", run / "checkpoints" / ".task_01_pendulum-1.zip.a8b2c.tmp"]
+    kept = [run / "notes.tmp", run / "checkpoints" / "mine.tmp.txt"]
+    for p in (*stale, *kept):
+        p.write_bytes(b"x" * 100)
+    assert main(["--resume", str(run), "--no-progress"]) == 0
+    assert not any(p.exists() for p in stale)
+    assert all(p.exists() for p in kept)
