@@ -15,6 +15,7 @@ the command that resumes the run. See docs/continual.md, "Guarantees".
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -42,7 +43,7 @@ from rl_moe.continual.config import RunConfig  # noqa: E402
 from rl_moe.continual.errors import DivergedError, UsageError  # noqa: E402
 from rl_moe.continual.methods import METHODS  # noqa: E402
 from rl_moe.continual.learners import LEARNERS, get_learner  # noqa: E402
-from rl_moe.continual.resolve import DEVICES, RunRequest, resolve  # noqa: E402
+from rl_moe.continual.resolve import DEVICES, RunRequest, check_reference, resolve  # noqa: E402
 from rl_moe.continual.rng import load as load_training_state  # noqa: E402
 from rl_moe.continual.results import Results, checkpoint_ok, load_regularizer_state  # noqa: E402
 from rl_moe.rundir import RunDir  # noqa: E402
@@ -157,17 +158,29 @@ def _check_flags_match(args: argparse.Namespace, cfg: RunConfig) -> None:
     """A resumed run keeps its stored settings; refuse flags that ask for different ones."""
     stored = {"suite": cfg.suite, "algo": cfg.algo, "method": cfg.method, "protocol": cfg.protocol, "seed": cfg.seed,
               "steps_per_task": cfg.steps_per_task, "device": cfg.device}  # fmt: skip
-    for name, key in _RUN_FLAGS.items():
-        given = getattr(args, name)
+    stored.update(tasks=len(cfg.tasks), experts=cfg.net.n_experts, top_k=cfg.net.top_k, vec_env=cfg.vec_env)
+    given_flags = {name: getattr(args, name) for name in (*_RUN_FLAGS, "tasks", "experts", "top_k")}
+    given_flags["vec_env"] = None if args.vec_env == "auto" else args.vec_env
+    for name, given in given_flags.items():
+        key = _RUN_FLAGS.get(name, name)
         if given is not None and given != stored[key]:
             flag = "--" + name.replace("_", "-")
             raise UsageError(f"{flag} {given} conflicts with the resumed run's stored {stored[key]!r}; drop {flag} (the stored value is kept) or start a new run")
+    if args.resume is not None and args.run_dir is not None and Path(args.run_dir).resolve() != Path(args.resume).resolve():
+        raise UsageError(f"--run-dir {args.run_dir} differs from --resume {args.resume}; give one of them")
+    if args.preset is not None:
+        raise UsageError(f"--preset {args.preset} cannot change a resumed run; pass the settings you want to change with --set")
 
 
 def _with_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
-    """``--set`` on a resume: the stored config with the overrides, validated like a new run's."""
-    import dataclasses
+    """``--set`` on a resume: the stored config with the overrides, validated like a new run's.
 
+    ``net.*`` settings define the parameter shapes the checkpoints hold: changing one would make
+    the run unloadable, so they are refused before anything is written.
+    """
+    frozen = [o for o in overrides if o.split("=", 1)[0].strip().startswith("net.")]
+    if frozen:
+        raise UsageError(f"--set {frozen[0]} cannot change a resumed run: net.* settings fix the shapes of its checkpoints; start a new run to change them")
     from rl_moe.continual.config import SECTIONS, apply_overrides
     from rl_moe.continual.methods import check_regularizers, get_method
     from rl_moe.continual.resolve import check_sections
@@ -199,6 +212,9 @@ def prepare(args: argparse.Namespace) -> tuple[RunConfig, Path]:
         _check_resumable(run_dir, cfg)
         if args.overrides:
             cfg = _with_overrides(cfg, args.overrides)
+        if args.reference is not None:  # safe to add: it only changes forward transfer
+            check_reference(args.reference)
+            cfg = dataclasses.replace(cfg, reference=str(Path(args.reference).resolve()))
         return cfg, run_dir
     args = argparse.Namespace(**{**vars(args), **{k: v for k, v in _DEFAULTS.items() if getattr(args, k) is None}})
     req = RunRequest(

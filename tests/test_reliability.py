@@ -273,8 +273,25 @@ def test_resume_refuses_conflicting_run_flags_and_prints_an_absolute_resume_path
     err = capsys.readouterr().err
     assert f"--resume {tmp_path / 'rel' / 'run'}" in err
     monkeypatch.setattr(sched_mod.ContinualScheduler, "_train_task", original)
-    for flag in (["--method", "topk"], ["--algo", "td3"], ["--seed", "3"]):
-        assert main(["--resume", "rel/run", "--no-progress", *flag]) == 2
+    before = sorted((p.relative_to(tmp_path), p.stat().st_mtime_ns) for p in (tmp_path / "rel").rglob("*"))
+    conflicts = {
+        "conflicts with the resumed run's stored": (["--method", "topk"], ["--algo", "td3"], ["--seed", "3"], ["--tasks", "1"],
+                                                    ["--experts", "8"], ["--top-k", "1"], ["--vec-env", "subproc"]),
+        "differs from --resume": (["--run-dir", "other/run"],),
+        "cannot change a resumed run": (["--preset", "tiny"],),
+    }  # fmt: skip
+    for message, flags in conflicts.items():
+        for flag in flags:
+            assert main(["--resume", "rel/run", "--no-progress", *flag]) == 2, flag
+            line = capsys.readouterr().err.strip()
+            assert message in line and len(line.splitlines()) == 1, line
+    for shape in ("net.n_experts=8", "net.hidden=64,64"):  # would make every checkpoint unloadable
+        assert main(["--resume", "rel/run", "--no-progress", "--set", shape]) == 2
         line = capsys.readouterr().err.strip()
-        assert "conflicts with the resumed run's stored" in line and len(line.splitlines()) == 1
-    assert main(["--resume", "rel/run", "--no-progress", "--method", "sphere", "--seed", "0"]) == 0  # same values: fine
+        assert f"--set {shape} cannot change a resumed run" in line and len(line.splitlines()) == 1, line
+    assert sorted((p.relative_to(tmp_path), p.stat().st_mtime_ns) for p in (tmp_path / "rel").rglob("*")) == before
+    assert not (tmp_path / "other").exists()
+    # Same values are fine, and a forward-transfer reference is honoured on a resume.
+    reference = tmp_path / "rel" / "run"
+    assert main(["--resume", "rel/run", "--no-progress", "--method", "sphere", "--seed", "0", "--tasks", "2", "--run-dir", "rel/run", "--reference", str(reference)]) == 0
+    assert json.loads((reference / "config.json").read_text())["reference"] == str(reference.resolve())

@@ -105,7 +105,8 @@ def _check_device(device: str) -> None:
             raise UsageError("device 'cuda' requested but no CUDA GPU is available; valid choices here: auto, cpu")
 
 
-def _check_reference(path: str | None) -> None:
+def check_reference(path: str | None) -> None:
+    """A forward-transfer reference must be a run folder with a readable results.json."""
     if path is None:
         return
     results = RunDir(path).results
@@ -177,7 +178,7 @@ def resolve(req: RunRequest) -> RunConfig:
     family = FAMILIES[suite.family]
     family.check_available()
     family.check_tasks(suite)
-    _check_reference(req.reference)
+    check_reference(req.reference)
     return cfg
 
 
