@@ -277,3 +277,41 @@ def test_ssmoe_mixture_is_alpha_p_ev_plus_one_minus_alpha_p_r() -> None:
     torch.testing.assert_close(torch.softmax(out.logits, 1), mixed, rtol=1e-4, atol=1e-6)
     top = mixed.topk(2, dim=1)
     torch.testing.assert_close(out.probs.gather(1, top.indices), top.values / top.values.sum(1, keepdim=True), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("alpha", [0.7, 1.0])
+def test_ssmoe_input_gradient_includes_the_ev_router(alpha: float) -> None:
+    # A TD3 critic on x = [obs, action] needs dQ/dx through the EV router's weights too: the
+    # autograd gradient must equal central finite differences of the whole layer (float64).
+    torch.manual_seed(7)
+    ss = build_network(11, 1, NetConfig(kind="ssmoe", ssmoe_alpha=alpha, **SMALL)).double()
+    x = torch.randn(6, 11, dtype=torch.float64, requires_grad=True)
+    (grad,) = torch.autograd.grad(ss(x).out.sum(), x)
+    eps = 1e-6
+    fd = torch.zeros_like(x)
+    with torch.no_grad():
+        for i in range(x.shape[0]):
+            for j in range(x.shape[1]):
+                up, down = x.detach().clone(), x.detach().clone()
+                up[i, j] += eps
+                down[i, j] -= eps
+                fd[i, j] = (ss(up).out[i].sum() - ss(down).out[i].sum()) / (2 * eps)
+    torch.testing.assert_close(grad, fd, rtol=1e-5, atol=1e-7)
+
+
+def test_ssmoe_diagnostics_describe_the_router_they_are_about() -> None:
+    # ssmoe_topk_overlap = mean |TopK(x W_EV) & TopK(s(x))| / K, with W_EV built as the layer
+    # builds it (the gate's linear pull-back) and s(x) the learned gate's logits (docs/metrics.md).
+    from rl_moe.diagnostics.groups import spectral_group
+    from rl_moe.diagnostics.ssmoe import topk_overlap
+    from rl_moe.diagnostics.views import NetView
+    from rl_moe.nn.ssmoe import gate_directions, input_embeddings
+
+    for alpha in (0.7, 1.0):  # alpha = 1 used to fail ("element 0 of tensors does not require grad")
+        _, ss = _pair(alpha, seed=8)
+        x = torch.randn(64, 11)
+        got = spectral_group(NetView(ss, lambda o: o, True), x)
+        with torch.no_grad():
+            w_ev = input_embeddings(ss.experts.layer_weights()[0], gate_directions(ss.gate), ss.cfg.ssmoe_top_c)
+            expected = topk_overlap(x.double() @ w_ev.double().T, ss.gate(x)[1].double(), 2)
+        assert got["spectral/ssmoe_topk_overlap"] == pytest.approx(expected)

@@ -19,6 +19,8 @@ from rl_moe.diagnostics.spectral import gate_input_directions, sdmoe_metrics
 from rl_moe.diagnostics.ssmoe import ssmoe_metrics
 from rl_moe.diagnostics.views import NetView
 from rl_moe.nn import MoEOutput, StackedExperts
+from rl_moe.nn.moe import GateMLP
+from rl_moe.nn.ssmoe import gate_directions
 
 
 def _prefixed(group: str, values: dict[str, float], suffix: str = "") -> dict[str, float]:
@@ -113,10 +115,16 @@ def spectral_group(
     out.update(geometry_metrics(weights, rows))
     srank = stable_rank(weights[-2])  # (E,) each expert's last hidden layer
     out.update(expert_stable_rank=float(srank.mean()), expert_stable_rank_min=float(srank.min()))
-    if rows is not None:
+    gate = getattr(view.module, "gate", None)
+    if isinstance(gate, GateMLP):
+        # The EV router as SSMoE's layer builds it (the gate's linear pull-back, which depends on
+        # the weights only), compared with the learned gate's own logits s(x), not the network's
+        # routing logits (log P on an SSMoE net).
         with torch.no_grad():
             result = view.module(x)
-        out.update(ssmoe_metrics(weights[0], weights[-1], gate_dirs, rows, x, result.logits, _routed_k(view.module, result), ssmoe_c))
+            _, gate_logits = gate(x)  # (N, E) s(x)
+            router_dirs = gate_directions(gate)  # (E, in)
+        out.update(ssmoe_metrics(weights[0], weights[-1], router_dirs, rows, x, gate_logits, _routed_k(view.module, result), ssmoe_c))
     return _prefixed("spectral", out)
 
 

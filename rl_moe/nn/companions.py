@@ -37,7 +37,7 @@ def ev_mixed_route(
 
     The EV router W_EV depends on the weights only; it is rebuilt on every call (eigh of E in x in
     Grams; well under a millisecond at E=10, in=39) and is a constant for autograd, as Algorithm 1
-    pre-computes it.
+    pre-computes it; the logits x W_EV stay differentiable in x.
     """
     emb, logits = gate(x)  # (N, G), (N, E)
     if alpha == 0.0:
@@ -45,7 +45,9 @@ def ev_mixed_route(
     with torch.no_grad():
         dirs = gate_directions(gate)  # (E, in) router embeddings r_i
         w_ev = input_embeddings(experts.layer_weights()[0], dirs, top_c)  # (E, in) = W_EV^T
-    mixed = mixed_probs(logits, x.detach() @ w_ev.T, temperature, alpha)  # (N, E)
+    # W_EV is constant, but x stays differentiable: a TD3 critic's dQ/da must see how the action
+    # moves the EV router's weights, as it sees the gate's.
+    mixed = mixed_probs(logits, x @ w_ev.T, temperature, alpha)  # (N, E)
     return emb, mixed.clamp_min(1e-30).log(), ssmoe_routing(mixed, k)
 
 
