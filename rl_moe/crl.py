@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def _quit_during_startup(signum: int, frame: object) -> None:
@@ -41,9 +42,10 @@ if __name__ == "__main__":  # Ctrl-C while the heavy imports below load exits as
 from rl_moe.cli import EXIT_USAGE, UsageParser  # noqa: E402
 from rl_moe.continual.config import RunConfig  # noqa: E402
 from rl_moe.continual.errors import DivergedError, UsageError  # noqa: E402
-from rl_moe.continual.methods import METHODS  # noqa: E402
+from rl_moe.continual.methods import METHODS, get_method  # noqa: E402
 from rl_moe.continual.learners import LEARNERS, get_learner  # noqa: E402
-from rl_moe.continual.resolve import DEVICES, RunRequest, check_reference, resolve  # noqa: E402
+from rl_moe.continual.errors import check_choice  # noqa: E402
+from rl_moe.continual.resolve import DEVICES, PROTOCOLS, RunRequest, check_reference, resolve, suite_of  # noqa: E402
 from rl_moe.continual.rng import load as load_training_state  # noqa: E402
 from rl_moe.continual.results import Results, checkpoint_ok, load_regularizer_state  # noqa: E402
 from rl_moe.rundir import RunDir  # noqa: E402
@@ -100,9 +102,49 @@ def _load_run(run_dir: Path) -> RunConfig:
     if not path.is_file():
         raise UsageError(f"cannot resume {str(run_dir)!r}: no {path.name} there (not a run folder)")
     try:
-        return RunConfig.from_dict(json.loads(path.read_text()))
+        cfg = RunConfig.from_dict(json.loads(path.read_text()))
     except (json.JSONDecodeError, TypeError, ValueError) as exc:
         raise UsageError(f"cannot resume {str(run_dir)!r}: bad {path.name} ({exc})") from None
+    try:  # names a new run would have refused (a hand-edited file)
+        get_method(cfg.method)
+        get_learner(cfg.algo)
+        check_choice(cfg.protocol, PROTOCOLS, "protocol")
+        suite_of(cfg)
+    except UsageError as exc:
+        raise UsageError(f"cannot resume {str(run_dir)!r}: bad {path.name}: {exc}") from None
+    return cfg
+
+
+def _check_weights(run_dir: Path, cfg: RunConfig, checkpoints: list[Path], probe: Any) -> None:
+    """Finished checkpoints must load into the network the config builds, and the probe batch
+    must have the env's observation width (a mismatch would fail mid-run, or silently drop the
+    plasticity metrics for the rest of it)."""
+    from stable_baselines3.common.save_util import load_from_zip_file
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from rl_moe.continual.agents import build_model
+    from rl_moe.continual.envs import task_factories
+
+    suite = suite_of(cfg)
+    env = DummyVecEnv(task_factories(suite, suite.tasks[0], 1, 0))
+    try:
+        obs_dim = int(env.observation_space.shape[0])
+        if probe is not None and probe.shape[1] != obs_dim:
+            raise UsageError(f"cannot resume {str(run_dir)!r}: probe_states.pt holds {probe.shape[1]}-dim states, the env gives {obs_dim}; delete it (it is collected again)")
+        if not checkpoints:
+            return
+        expected = {k: tuple(v.shape) for k, v in build_model(cfg, env, "cpu").policy.state_dict().items()}
+    finally:
+        env.close()
+    for ckpt in checkpoints:
+        try:
+            _, params, _ = load_from_zip_file(str(ckpt), device="cpu")
+            got = {k: tuple(v.shape) for k, v in params["policy"].items()}
+        except Exception as exc:  # torch and pickle raise many types for a damaged member
+            raise UsageError(f"cannot resume {str(run_dir)!r}: checkpoint {str(ckpt)!r} has unreadable weights ({type(exc).__name__}); restore it or start a new run") from None
+        if got != expected:
+            bad = next((k for k in expected if got.get(k) != expected[k]), next(iter(set(got) - set(expected)), "?"))
+            raise UsageError(f"cannot resume {str(run_dir)!r}: checkpoint {str(ckpt)!r} does not fit config.json's network (first mismatch: {bad}); restore it or start a new run")
 
 
 def _check_resumable(run_dir: Path, cfg: RunConfig) -> None:
@@ -125,6 +167,9 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> None:
             raise UsageError(f"cannot resume {str(run_dir)!r}: corrupt {probe.name} ({type(exc).__name__}); delete it (it is collected again) or start a new run") from None
         if not isinstance(states, torch.Tensor) or states.ndim != 2:
             raise UsageError(f"cannot resume {str(run_dir)!r}: {probe.name} is not an (N, obs_dim) tensor; delete it (it is collected again)")
+    else:
+        states = None
+    checkpoints = []
     for i in range(min(results.finished_tasks, len(cfg.tasks))):
         ckpt = files.checkpoint(i, cfg.tasks[i])
         if not checkpoint_ok(ckpt):
@@ -137,6 +182,9 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> None:
             load_training_state(RunDir.training_state(ckpt))
         except ValueError as exc:
             raise UsageError(f"cannot resume {str(run_dir)!r}: {exc}; restore it or start a new run") from None
+        checkpoints.append(ckpt)
+    if checkpoints or states is not None:
+        _check_weights(run_dir, cfg, checkpoints, states)
 
 
 def _new_run_dir(cfg: RunConfig, out: str) -> Path:

@@ -168,6 +168,20 @@ def _check_shape(res: Results) -> None:
         raise ValueError(f"success_matrix is not {n} x {n} (one row and column per task)")
     if any(v is not None and not isinstance(v, (int, float)) for row in m for v in row):
         raise ValueError("success_matrix holds a value that is neither a number nor null")
+    segs = res.task_segments
+    # Files from before task_segments existed hold none.
+    if not isinstance(segs, list) or len(segs) not in (0, res.finished_tasks) or not all(
+        isinstance(seg, list) and len(seg) == 2 and all(isinstance(v, int) for v in seg) and seg[0] <= seg[1] for seg in segs
+    ):
+        raise ValueError(f"task_segments is not a list of {res.finished_tasks} [start, end] step pairs")
+    curves = res.eval_curves
+    if not isinstance(curves, dict) or not set(curves) <= set(res.tasks):
+        raise ValueError("eval_curves is not a mapping from the run's task names to curves")
+    for task, curve in curves.items():
+        # "return" is absent from files written before it was recorded.
+        lists = [curve.get(k) for k in ("steps", "success", "return") if k != "return" or k in curve] if isinstance(curve, dict) else [None]
+        if not all(isinstance(v, list) and len(v) == len(lists[0]) and all(isinstance(x, (int, float)) for x in v) for v in lists):
+            raise ValueError(f"eval_curves[{task!r}] does not hold equal-length number lists steps, success (and return)")
 
 
 def checkpoint_ok(path: Path) -> bool:
