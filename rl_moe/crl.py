@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import os
 import signal
@@ -48,11 +49,14 @@ from rl_moe.continual.errors import check_choice  # noqa: E402
 from rl_moe.continual.resolve import DEVICES, PROTOCOLS, RunRequest, check_reference, resolve, suite_of  # noqa: E402
 from rl_moe.continual.rng import load as load_training_state  # noqa: E402
 from rl_moe.continual.results import Results, checkpoint_ok, load_regularizer_state  # noqa: E402
-from rl_moe.rundir import RunDir  # noqa: E402
+from rl_moe.rundir import RunDir, check_writable_folder  # noqa: E402
 from rl_moe.runlock import RunLock, RunLocked  # noqa: E402
 from rl_moe.continual.suites import builtin_suites  # noqa: E402
 
 EXIT_DIVERGED = 3
+EXIT_STORAGE = 4
+#: Storage failures that a resume gets past once the disk is fixed (full, failing, read-only, quota).
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, errno.EROFS, errno.EDQUOT})
 EXIT_INTERRUPTED = 130
 #: Flags that define a run: on ``--resume`` the stored values hold, and a differing flag is refused.
 _RUN_FLAGS: dict[str, str] = {
@@ -315,6 +319,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads < 1:
         sys.stderr.write(f"error: --threads must be >= 1, got {args.threads}\n")
         return EXIT_USAGE
+    try:
+        named = next((flag, value) for flag, value in (("--resume", args.resume), ("--run-dir", args.run_dir), ("--out", args.out)) if value is not None)
+        check_writable_folder(named[1], named[0])
+    except ValueError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_USAGE
     import torch
 
     torch.set_num_threads(args.threads)
@@ -356,6 +366,13 @@ def _train(args: argparse.Namespace, cfg: RunConfig, run_dir: Path, finished: in
     except DivergedError as exc:
         sys.stderr.write(f"\nerror: {exc}; finished tasks are kept: change the setting and resume with {resume_cmd} --set KEY=VALUE\n")
         return EXIT_DIVERGED
+    except OSError as exc:
+        if exc.errno not in _STORAGE_ERRNOS:
+            raise
+        kept = json.loads(results_path.read_text()).get("finished_tasks", 0) if results_path.is_file() else 0
+        where = f" writing {exc.filename}" if exc.filename else ""
+        sys.stderr.write(f"\nerror: {exc.strerror}{where}; the {kept} finished task(s) and their checkpoints are kept (every file is replaced atomically); fix the disk and resume with {resume_cmd}\n")
+        return EXIT_STORAGE
     print(_summary(results.to_dict()))
     print(f"results: {results_path}")
     return 0

@@ -90,3 +90,24 @@ class RunDir:
     def vecnormalize(checkpoint: Path) -> Path:
         """``task_<idx:02d>_<task>.vecnormalize.pkl`` beside a checkpoint."""
         return checkpoint.with_suffix(".vecnormalize.pkl")
+
+
+def check_writable_folder(path: str | Path, flag: str) -> None:
+    """``path`` can hold a run folder: it is a folder or can be made one, and is writable.
+
+    :param flag: the option that named it, for the message (``--run-dir``, ``--out``)
+    :raises ValueError: one line naming the path and what is wrong
+    """
+    import os
+
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{flag} {str(path)!r} is a file, not a folder")
+    # The nearest existing ancestor decides whether the folders below can be made.
+    ancestor = p
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"{flag} {str(path)!r} lies under {str(ancestor)!r}, which is a file, not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {str(path)!r}: no permission to write in {str(ancestor)!r}")

@@ -426,3 +426,30 @@ def test_resume_with_corrupt_files_exits_2_and_changes_nothing(tmp_path: Path, c
     assert ("training state" in err[0]) == (damage == "training_state")
     assert ("regularizer state" in err[0]) == (damage == "regularizer_state")
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("--run-dir {file}", "is a file, not a folder"),
+        ("--out {file}/sub", "which is a file, not a folder"),
+        ("--run-dir /dev/null/x", "which is a file, not a folder"),
+        ("--out {ro}", "no permission to write in"),
+    ],
+)
+def test_unusable_paths_exit_2_before_training(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, where: str, message: str) -> None:
+    import os
+
+    afile = tmp_path / "afile"
+    afile.write_text("keep me")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real_access = os.access
+    # Root may write anywhere, so a read-only folder is simulated where os.access asks.
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == ro else real_access(p, mode))
+    flag, value = where.format(file=afile, ro=ro).split(" ", 1)
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    assert main(["--suite", "smoke", "--tasks", "1", *TINY, flag, value]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and "Traceback" not in err[0], err
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before and afile.read_text() == "keep me"

@@ -295,3 +295,26 @@ def test_resume_refuses_conflicting_run_flags_and_prints_an_absolute_resume_path
     reference = tmp_path / "rel" / "run"
     assert main(["--resume", "rel/run", "--no-progress", "--method", "sphere", "--seed", "0", "--tasks", "2", "--run-dir", "rel/run", "--reference", str(reference)]) == 0
     assert json.loads((reference / "config.json").read_text())["reference"] == str(reference.resolve())
+
+
+def test_full_disk_during_a_run_says_what_was_kept_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from rl_moe.continual import results as results_mod
+
+    original = results_mod._replace_atomically
+
+    def full_at_task_2(path: Path, write):  # type: ignore[no-untyped-def]
+        if "task_01" in path.name:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return original(path, write)
+
+    monkeypatch.setattr(results_mod, "_replace_atomically", full_at_task_2)
+    run = tmp_path / "run"
+    assert main([*TINY, "--run-dir", str(run)]) == 4
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "No space left on device writing" in err[0] and "the 1 finished task(s)" in err[0], err
+    assert f"resume with python -m rl_moe.crl --resume {run.resolve()}" in err[0]
+    monkeypatch.setattr(results_mod, "_replace_atomically", original)
+    assert main(["--resume", str(run), "--no-progress"]) == 0
+    assert json.loads((run / "results.json").read_text())["complete"]
