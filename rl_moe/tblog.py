@@ -47,3 +47,17 @@ def tensorboard_logger(folder: str, purge_step: int | None = None) -> Logger:
         events at steps >= this one (the range the resume trains again); None for a new run
     """
     return Logger(folder=folder, output_formats=[_PurgingTensorBoard(folder, purge_step)])
+
+
+def logged_at(folder: str, tag: str, step: int) -> bool:
+    """Whether the event files in ``folder`` hold ``tag`` at exactly ``step`` (read before a resumed
+    run opens its writer; a point at a step below the purge step stays visible)."""
+    from pathlib import Path
+
+    if not any(Path(folder).glob("events.*")):
+        return False
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(folder, size_guidance={"scalars": 0})
+    acc.Reload()
+    return tag in acc.Tags()["scalars"] and any(e.step == step for e in acc.Scalars(tag))

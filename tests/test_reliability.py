@@ -42,6 +42,18 @@ def _same_run(a: Path, b: Path, n: int) -> None:
         assert not diff, f"task {i} differs: {diff}"
     ra, rb = (json.loads((p / "results.json").read_text()) for p in (a, b))
     assert ra["success_matrix"] == rb["success_matrix"] and ra["eval_curves"] == rb["eval_curves"]
+    # TensorBoard too: every evaluation point and the episode statistics of rollouts after the cut.
+    sa, sb = _scalars(a), _scalars(b)
+    for tag in ("eval/success", "eval/return", "rollout/ep_rew_mean", "rollout/ep_len_mean"):
+        assert sa.get(tag) == sb.get(tag), tag
+
+
+def _scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]}
 
 
 # ---- item 2 + 4: an interrupted and resumed run equals the uninterrupted one ---------------
@@ -318,3 +330,28 @@ def test_full_disk_during_a_run_says_what_was_kept_and_resumes(tmp_path: Path, c
     monkeypatch.setattr(results_mod, "_replace_atomically", original)
     assert main(["--resume", str(run), "--no-progress"]) == 0
     assert json.loads((run / "results.json").read_text())["complete"]
+
+
+def test_episode_statistics_continue_across_a_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # rollout/ep_* average SB3's last episodes, which carry over from task to task in CRL; a
+    # resumed model must start task 2 with the same ones (Pendulum episodes end every 200 steps
+    # per env, so 512-step tasks finish some before the boundary).
+    argv = [*TINY, "--method", "topk", "--steps-per-task", "512"]
+    full = tmp_path / "full"
+    assert main([*argv, "--run-dir", str(full)]) == 0
+    original = sched_mod.ContinualScheduler._train_task
+
+    def stop(self, i, probe):  # type: ignore[no-untyped-def]
+        if i == 1:
+            raise KeyboardInterrupt
+        original(self, i, probe)
+
+    cut = tmp_path / "cut"
+    with monkeypatch.context() as m:
+        m.setattr(sched_mod.ContinualScheduler, "_train_task", stop)
+        assert main([*argv, "--run-dir", str(cut)]) == 130
+    assert main(["--resume", str(cut), "--no-progress"]) == 0
+    a, b = _scalars(full), _scalars(cut)
+    boundary = json.loads((full / "results.json").read_text())["task_segments"][0][1]
+    assert any(step > boundary for step, _ in a["rollout/ep_rew_mean"])
+    assert a["rollout/ep_rew_mean"] == b["rollout/ep_rew_mean"]

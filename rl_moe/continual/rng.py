@@ -9,6 +9,7 @@ the start of the next task on *both* paths (uninterrupted and resumed), so whate
 from __future__ import annotations
 
 import random
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,12 @@ def capture(model: BaseAlgorithm) -> dict[str, Any]:
     }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
+    # SB3 keeps the last episodes across learn() calls (rollout/ep_* means); a resumed model
+    # starts with none, so they are part of how training continues too.
+    if model.ep_info_buffer is not None:
+        episodes = [[float(e["r"]), float(e["l"]), float(e["t"])] for e in model.ep_info_buffer]
+        state["episodes"] = torch.tensor(episodes, dtype=torch.float64).reshape(-1, 3)  # (n, [r, l, t])
+        state["successes"] = torch.tensor([bool(x) for x in model.ep_success_buffer], dtype=torch.bool)
     return state
 
 
@@ -50,6 +57,10 @@ def restore(model: BaseAlgorithm, state: dict[str, Any]) -> None:
     model.action_space.np_random.bit_generator.state = state["action_space"]
     for name, value in state["counters"].items():
         setattr(model, name, int(value))
+    if "episodes" in state:
+        window = model._stats_window_size  # private: SB3 2.x's size of these deques
+        model.ep_info_buffer = deque(({"r": r, "l": int(n), "t": t} for r, n, t in state["episodes"].tolist()), maxlen=window)
+        model.ep_success_buffer = deque((bool(x) for x in state["successes"].tolist()), maxlen=window)
 
 
 def load(path: Path) -> dict[str, Any] | None:

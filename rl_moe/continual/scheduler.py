@@ -41,7 +41,7 @@ from rl_moe.continual.results import (
     save_regularizer_state,
     write_atomic,
 )
-from rl_moe.tblog import dump_keys, tensorboard_logger
+from rl_moe.tblog import dump_keys, logged_at, tensorboard_logger
 
 # Seed offsets keep training, evaluation and probe envs on disjoint streams.
 _TRAIN_SEED, _EVAL_SEED, _PROBE_SEED = 0, 50_000, 99_000
@@ -78,7 +78,7 @@ class ContinualScheduler:
         self._eval_envs: dict[int, EvalEnvs] = {}
         self._task_seconds = float("nan")  # training time of the task being evaluated
         self._cycle_rate: float | None = None  # steps/s of the last task's rollout + update cycles (progress ETA)
-        self._resumed_at: int | None = None  # first task trained after a resume
+        self._resumed_at: int | None = None  # first task after a resume whose start eval is already logged
         # Generator states and counters at the last task boundary (see rl_moe.continual.rng).
         self._boundary_state: dict[str, Any] | None = None
 
@@ -141,7 +141,10 @@ class ContinualScheduler:
         # A resume hides what the interrupted run logged past the last finished task.
         # The boundary step itself stays with the earlier run (its last update is logged there).
         fresh = res.finished_tasks == 0 and not any(self.files.tb.glob("events.*"))
-        self._resumed_at = None if res.finished_tasks == 0 else res.finished_tasks
+        # The next task's start evaluation sits at the boundary step, which the purge keeps: skip it
+        # only if the interrupted run got to log it (an interruption before it leaves a gap).
+        started = res.finished_tasks > 0 and logged_at(str(self.files.tb), "eval/success", res.global_step)
+        self._resumed_at = res.finished_tasks if started else None
         purge = None if fresh else (0 if res.finished_tasks == 0 else res.global_step + 1)
         self.logger = tensorboard_logger(str(self.files.tb), purge)
         if res.finished_tasks == 0:
