@@ -31,7 +31,7 @@ from stable_baselines3.common.type_aliases import RolloutBufferSamples
 from torch import Tensor
 
 from rl_moe.algos.common import DeviceTermLog
-from rl_moe.algos.graphs import capture, capture_failed
+from rl_moe.algos.graphs import capture, capture_failed, replay_failed, replay_mismatch
 from rl_moe.algos.ppo_loss import ppo_losses
 from rl_moe.nn.static import static_shapes
 
@@ -152,6 +152,7 @@ class FastPPOUpdate:
         #: SB3's numpy permutation to compare with the standard update minibatch by minibatch.
         self.permutation = lambda n, device: torch.randperm(n, device=device)
         self.graphs: dict[int, _Graph] = {}
+        self._verified: set[int] = set()  # minibatch sizes whose graph passed its first-replay check
         self._graph_key: tuple[Any, ...] | None = None
         if self.cuda_graphs:
             self._make_capturable()
@@ -193,6 +194,7 @@ class FastPPOUpdate:
         key = self._current_key()
         if key != self._graph_key:
             self.graphs.clear()
+            self._verified.clear()
             self._graph_key = key
         size = index.shape[0]
         if size not in self.graphs:
@@ -204,8 +206,31 @@ class FastPPOUpdate:
                 self.step(index)
                 return
         g = self.graphs[size]
+        if size not in self._verified:
+            self._first_replay(g, index)
+            return
         g.index.copy_(index)
         g.graph.replay()
+
+    def _first_replay(self, g: _Graph, index: Tensor) -> None:
+        """Replay a new graph once against an eager step from the same state (weights, Adam
+        state, statistics): on a mismatch keep the eager step and drop graphs, with one warning.
+        A GPU is rarely at hand to test on, so a graph checks itself where it runs."""
+        saved = self._snapshot()
+        self.step(index)
+        eager = [p.detach().clone() for p in self.algo.policy.parameters()]
+        self._restore(saved)
+        g.index.copy_(index)
+        g.graph.replay()
+        diff = replay_mismatch([p.detach() for p in self.algo.policy.parameters()], eager)
+        if diff is None:
+            self._verified.add(index.shape[0])
+            return
+        replay_failed("PPO update", diff)
+        self._restore(saved)
+        self.step(index)
+        self.cuda_graphs = False
+        self.graphs.clear()
 
     def step(self, index: Tensor) -> None:
         """Forward, PPO loss, regularizer terms, backward, clipping and the optimizer step of the

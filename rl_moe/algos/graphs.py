@@ -17,6 +17,9 @@ T = TypeVar("T")
 
 #: Warm-up calls before a capture: the allocator and cuBLAS settle, an optimizer creates its state.
 WARMUP = 3
+#: First-replay check: a replay must match an eager call within float32 round-off of the order of
+#: its kernels (reductions may run in another order); a stale input or a missed op is far larger.
+REPLAY_RTOL, REPLAY_ATOL = 1e-3, 1e-6
 
 
 def capture(fn: Callable[[], T], device: torch.device, warmup: int = WARMUP) -> tuple[Any, T]:
@@ -63,3 +66,17 @@ def capture_failed(what: str, exc: BaseException) -> None:
     """Repair the generators after a refused capture and say that ``what`` runs without graphs."""
     reset_cuda_generators()
     warnings.warn(f"CUDA graph capture of the {what} failed ({exc}); it runs without graphs", stacklevel=3)
+
+
+def replay_mismatch(replayed: list[torch.Tensor], eager: list[torch.Tensor]) -> float | None:
+    """None when every replayed tensor matches its eager twin (:data:`REPLAY_RTOL`,
+    :data:`REPLAY_ATOL`), else the largest absolute difference. One host read: run once, on a
+    graph's first replay."""
+    if all(torch.allclose(r, e, rtol=REPLAY_RTOL, atol=REPLAY_ATOL) for r, e in zip(replayed, eager, strict=True)):
+        return None
+    return max(float((r.double() - e.double()).abs().max()) for r, e in zip(replayed, eager))
+
+
+def replay_failed(what: str, diff: float) -> None:
+    """Say that ``what`` runs without graphs because its first replay disagreed with eager."""
+    warnings.warn(f"CUDA graph of the {what} disagreed with an eager call on its first replay (max |difference| {diff:.3g}); it runs without graphs", stacklevel=3)

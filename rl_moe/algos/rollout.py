@@ -27,7 +27,7 @@ from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch import Tensor
 
-from rl_moe.algos.graphs import capture, capture_failed
+from rl_moe.algos.graphs import capture, capture_failed, replay_failed, replay_mismatch
 
 if TYPE_CHECKING:  # pragma: no cover
     from rl_moe.algos.ppo import MoEPPO
@@ -73,6 +73,14 @@ class _CapturedActing:
         self.graph.replay()
         return self.out
 
+    def mismatch(self, policy: torch.nn.Module, obs: np.ndarray) -> float | None:
+        """Replay once and compare with the eager policy on the same states: values, and the
+        log-probabilities of the replayed (sampled) actions. None when they agree."""
+        out = self(obs)
+        with torch.no_grad():
+            values, log_prob, _ = policy.evaluate_actions(self.obs, out.actions)
+        return replay_mismatch([out.values.flatten(), out.log_probs], [values.flatten(), log_prob])
+
 
 class DeviceRolloutCollector:
     """Fills a learner's ``RolloutBuffer`` like SB3's ``collect_rollouts``, reading the device once per step.
@@ -112,6 +120,11 @@ class DeviceRolloutCollector:
             except RuntimeError as exc:  # an op the capture refuses: act eagerly
                 capture_failed("rollout acting", exc)
                 self.cuda_graphs = False
+                return self._eager
+            diff = self._captured.mismatch(policy, obs)
+            if diff is not None:  # the graph checks itself on its first replay
+                replay_failed("rollout acting", diff)
+                self.cuda_graphs, self._captured = False, None
                 return self._eager
         assert self._captured is not None
         return self._captured

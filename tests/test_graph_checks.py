@@ -1,0 +1,107 @@
+"""Captured CUDA graphs check themselves on their first replay against an eager call, and fall
+back to eager with one warning on a mismatch. Tested on a CPU with a fake capture whose replay
+runs the captured function eagerly (a faithful graph) or perturbs its result (a broken one)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from stable_baselines3.common.env_util import make_vec_env
+
+from rl_moe.algos import MoEPPO
+from rl_moe.algos import fast as fast_module
+from rl_moe.algos import rollout as rollout_module
+from rl_moe.policies import MoEActorCriticPolicy
+from rl_moe.regularizers import Sphere
+
+SMALL = dict(n_experts=4, top_k=2, hidden=(16, 16), gate_hidden=(8,))
+
+
+class FakeGraph:
+    """Replays ``fn`` eagerly into the first call's outputs, as a CUDA graph writes its static
+    outputs; ``broken`` then corrupts what the replay produced."""
+
+    def __init__(self, fn: Callable[[], Any], broken: Callable[[Any], None] | None) -> None:
+        self.fn, self.broken = fn, broken
+        self.out = fn()
+
+    def replay(self) -> None:
+        new = self.fn()
+        if isinstance(self.out, tuple):
+            for o, n in zip(self.out, new):
+                o.copy_(n)
+        if self.broken is not None:
+            self.broken(self.out)
+
+
+def fake_capture(broken: Callable[[Any], None] | None) -> Callable[..., tuple[FakeGraph, Any]]:
+    def capture(fn: Callable[[], Any], device: torch.device, warmup: int = 0) -> tuple[FakeGraph, Any]:
+        graph = FakeGraph(fn, broken)
+        return graph, graph.out
+
+    return capture
+
+
+def _ppo(seed: int = 0) -> MoEPPO:
+    return MoEPPO(
+        MoEActorCriticPolicy, make_vec_env("Pendulum-v1", n_envs=2, seed=0), regularizers=[Sphere(rank_every=0)],
+        fast_update="on", n_steps=64, batch_size=32, n_epochs=2, seed=seed, device="cpu", policy_kwargs=dict(moe="topk", **SMALL),
+    )  # fmt: skip
+
+
+def _shift_weights(model: MoEPPO) -> Callable[[Any], None]:
+    def broken(_: Any) -> None:
+        with torch.no_grad():
+            next(model.policy.parameters()).add_(1e-3)  # a stale input or a missed op: a visible error
+
+    return broken
+
+
+@pytest.mark.parametrize("faithful", [True, False])
+def test_update_graph_checks_its_first_replay(faithful: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    reference = _ppo()
+    reference._fast_updater().static = True
+    reference.learn(128)  # eager fast update: the weights every faithful path must reach
+    model = _ppo()
+    updater = model._fast_updater()
+    updater.static, updater.cuda_graphs = True, True  # the CUDA path, on a CPU
+    monkeypatch.setattr(fast_module, "capture", fake_capture(None if faithful else _shift_weights(model)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.learn(128)
+    messages = [str(w.message) for w in caught if "first replay" in str(w.message)]
+    if faithful:
+        assert not messages and updater.cuda_graphs and updater._verified == {32}
+    else:
+        assert len(messages) == 1 and "PPO update" in messages[0]
+        assert not updater.cuda_graphs and not updater.graphs
+    # Either way the update equals the eager one: the broken replay was undone.
+    for a, b in zip(reference.policy.parameters(), model.policy.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("faithful", [True, False])
+def test_acting_graph_checks_its_first_replay(faithful: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    def shift_values(out: Any) -> None:
+        out.values.add_(0.5)
+
+    model = _ppo()
+    collector = model._rollout_collector()
+    assert collector is not None
+    collector.cuda_graphs = True  # the CUDA path, on a CPU
+    monkeypatch.setattr(rollout_module, "capture", fake_capture(None if faithful else shift_values))
+    obs = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        act = collector._acting(obs)
+    messages = [str(w.message) for w in caught if "first replay" in str(w.message)]
+    if faithful:
+        assert not messages and act is collector._captured and collector.cuda_graphs
+    else:
+        assert len(messages) == 1 and "rollout acting" in messages[0]
+        assert act == collector._eager and not collector.cuda_graphs and collector._captured is None
