@@ -349,3 +349,30 @@ def test_local_real_cli_two_trials_side_by_side(tmp_path: Path) -> None:
     runner = FakeRunner()
     outcomes = run_sweep(SweepConfig(suites=("smoke",), methods=("topk",), protocols=("crl", "rl"), out=out), "local", runner)
     assert [o.status for o in outcomes] == ["skipped", "skipped"] and not runner.calls
+
+
+def test_progress_line_counts_trials_steps_and_eta(tmp_path: Path) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    from rl_moe.continual.resolve import RunRequest, resolve
+    from rl_moe.runlock import RunLock
+    from rl_moe.sweep.progress import line, snapshot
+
+    cfg = SweepConfig(suites=("smoke",), methods=("topk",), seeds=(0, 1, 2), out=tmp_path)
+    done, running, queued = grid(cfg)
+    run_cfg = resolve(RunRequest(suite="smoke", method="topk", tasks=2, steps_per_task=1024, device="cpu"))
+    assert len(run_cfg.tasks) * run_cfg.effective_steps_per_task == 2048
+    for t in (done, running):
+        t.run_dir.mkdir(parents=True)
+        run_cfg.save(str(t.run_dir / "config.json"))
+    with SummaryWriter(str(running.run_dir / "tb")) as w:
+        for step in (256, 512):
+            w.add_scalar("time/fps", 100.0, step)
+    lock = RunLock(running.run_dir).acquire()
+    try:
+        snap = snapshot([done, running, queued], {done.run_dir}, before={})
+    finally:
+        lock.release()
+    # The unstarted trial is assumed to need the mean known budget (2048).
+    assert snap == (1, 1, 1, 512, (2048 - 512) + 2048)
+    assert line(snap, 10.0) == "sweep: 1 done, 1 running, 1 queued; 512 env steps in 0:00:10, 51 env steps/s; ETA 0:01:10"

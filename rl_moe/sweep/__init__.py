@@ -39,6 +39,7 @@ from pathlib import Path
 
 from rl_moe.cli import EXIT_USAGE, UsageParser
 from rl_moe.runlock import Holder, lock_holder
+from rl_moe.sweep.progress import Heartbeat
 from rl_moe.continual.learners import LEARNERS
 from rl_moe.sweep.backends import (
     LocalPlan, Outcomes, RayOptions, check_parallel, local_slots, pin_gpu, plan_local, ray_available, run_local, run_ray,
@@ -138,6 +139,7 @@ def run_sweep(
     backend: str = "auto",
     runner: TrialRunner = run_subprocess,
     ray_opts: RayOptions = RayOptions(),
+    progress_every: float = 0.0,
 ) -> list[Outcome]:
     """Run (or skip) every trial of the grid and write ``<out>/sweep.json``.
 
@@ -145,6 +147,7 @@ def run_sweep(
     :param backend: ``auto`` (Ray when installed, else local), ``ray``, ``local`` or ``sequential``
     :param runner: runs one trial; the default runs the CLI in a subprocess
     :param ray_opts: cluster options for the Ray backend; its ``num_cpus`` also sizes the local backend
+    :param progress_every: seconds between progress lines (:mod:`rl_moe.sweep.progress`); 0 = none
     """
     chosen = resolve_backend(backend, cfg, ray_opts.address)
     trials = grid(cfg)
@@ -162,8 +165,10 @@ def run_sweep(
         _report(o, i, len(trials))
     before = {t.run_dir: trained_steps(t.run_dir) for t, _ in jobs}
     start = time.monotonic()
-    with closing(_stream(chosen, jobs, trial_env(cfg), runner, cfg, ray_opts, plan)) as stream:
+    finished: set[Path] = set()
+    with Heartbeat([t for t, _ in jobs], finished, progress_every), closing(_stream(chosen, jobs, trial_env(cfg), runner, cfg, ray_opts, plan)) as stream:
         for outcome in stream:
+            finished.add(outcome.trial.run_dir)
             outcome = replace(outcome, env_steps=max(0, trained_steps(outcome.trial.run_dir) - before[outcome.trial.run_dir]))
             outcomes.append(outcome)
             _report(outcome, len(outcomes), len(trials))
@@ -230,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs (and threads) per trial")
     p.add_argument("--gpus-per-trial", type=float, default=0.0, help="GPUs per trial (0.5 = two per GPU)")
     p.add_argument("--dry-run", action="store_true", help="validate and print the trial commands, run nothing")
+    p.add_argument("--progress-every", type=float, default=60.0, help="seconds between progress lines (0: none; default 60)")
     return p
 
 
@@ -273,7 +279,7 @@ def main(argv: Sequence[str] | None = None, runner: TrialRunner = run_subprocess
                 print(f"# {t.name}: {state}\n{' '.join(trial_command(t, cfg))}")
             return 0
         ray_opts = RayOptions(address=args.address, num_cpus=args.num_cpus)
-        outcomes = run_sweep(cfg, args.backend, runner, ray_opts)
+        outcomes = run_sweep(cfg, args.backend, runner, ray_opts, progress_every=args.progress_every)
     except SweepError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE
