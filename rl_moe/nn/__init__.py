@@ -3,20 +3,17 @@
 from rl_moe.nn.config import ACTIVATIONS, NETWORK_KINDS, NetConfig
 from rl_moe.nn.experts import ExpertPass, StackedExperts, segment_matmul
 from rl_moe.nn.moe import (
-    NETWORKS,
     DenseMLP,
     DSMoE,
     ExpertGroup,
     MoEOutput,
     RoutedMoE,
-    SDMoE,
     SoftMoE,
-    SSMoE,
-    build_network,
     load_balance_loss,
     width_multiplier_for_params,
 )
-from rl_moe.nn.companions import EVRerouted
+from rl_moe.nn.build import NETWORKS, build_network
+from rl_moe.nn.companions import EVRerouted, SDMoE, SSMoE
 from rl_moe.nn.dsc import DSCNet
 from rl_moe.nn.sdmoe import SpectralExperts
 from rl_moe.nn.specnorm import StackedSpectralNorm, WeightRef, apply_spectral_norm, hidden_weights, spectral_normalize, track_in_eval

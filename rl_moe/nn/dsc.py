@@ -27,7 +27,6 @@ from torch import Tensor, nn
 from rl_moe.nn.config import NetConfig
 from rl_moe.nn.experts import ACTIVATION_FNS, ExpertPass, StackedExperts
 
-# rl_moe.nn.moe imports this module after defining these (its NETWORKS registry lists DSCNet).
 from rl_moe.nn.moe import ExpertGroup, MoEOutput, expert_param_count, gate_param_count
 from rl_moe.nn.routing import Dispatch
 

@@ -15,7 +15,6 @@ from torch import Tensor, nn
 from rl_moe.nn.config import NetConfig
 from rl_moe.nn.experts import ACTIVATION_FNS, ACTIVATION_GAINS, ExpertPass, StackedExperts
 from rl_moe.nn.routing import ROUTERS, Dispatch, Routing, full_dispatch, make_dispatch, static_dispatch
-from rl_moe.nn.specnorm import spectral_normalize
 from rl_moe.nn.static import static_shapes_enabled
 
 
@@ -282,36 +281,3 @@ class DenseMLP(nn.Module):
         dispatch = Dispatch(torch.arange(n, device=x.device), x.new_zeros(n, dtype=torch.long), ones[:, 0], (n,), n)
         indices = torch.zeros(n, 1, dtype=torch.long, device=x.device)
         return MoEOutput(ep.out, ones, indices, x.new_zeros(n, 1), x.new_zeros(n, 0), (ExpertGroup(dispatch, ep),), {})
-
-
-# The companion papers' networks build on the classes above.
-from rl_moe.nn.companions import SDMoE, SSMoE  # noqa: E402
-from rl_moe.nn.dsc import DSCNet  # noqa: E402
-
-#: Network class by kind: a kind in :data:`~rl_moe.nn.routing.ROUTERS` is a :class:`RoutedMoE`
-#: with that router unless it has a class of its own below.
-NETWORKS: dict[str, type[nn.Module]] = {
-    **dict.fromkeys(ROUTERS, RoutedMoE),
-    "sdmoe": SDMoE,
-    "ssmoe": SSMoE,
-    "dsc": DSCNet,
-    "ds": DSMoE,
-    "soft": SoftMoE,
-    "mlp": DenseMLP,
-}
-
-
-def build_network(in_dim: int, out_dim: int, cfg: NetConfig | None = None, out_gain: float = 1.0, **overrides) -> nn.Module:
-    """Build a network returning :class:`MoEOutput`.
-
-    :param in_dim: input width (obs dim, or obs+action for a TD3 critic)
-    :param out_dim: output width (action dim, or 1)
-    :param cfg: architecture; ``overrides`` replace its fields (e.g. ``kind="mlp"``); with
-        ``spectral_norm`` the hidden layers are parametrized after their initialisation
-    :param out_gain: orthogonal init gain of the output heads
-    """
-    cfg = NetConfig(**{**(cfg.to_dict() if cfg else {}), **overrides})
-    net = NETWORKS[cfg.kind](in_dim, out_dim, cfg, out_gain)
-    if cfg.spectral_norm:
-        spectral_normalize(net)
-    return net
