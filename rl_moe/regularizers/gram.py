@@ -15,7 +15,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from rl_moe.nn import Dispatch
+from rl_moe.regularizers.blocks import FeatureBlock
 from rl_moe.regularizers.gram_kernels import _plan, sample_gram_stats
 
 __all__ = [
@@ -25,21 +25,6 @@ __all__ = [
 
 #: Where the Gram may be computed.
 GRAM_SPACES: tuple[str, ...] = ("auto", "sample", "feature")
-
-
-class FeatureBlock(NamedTuple):
-    """Rows of one expert stack, sorted by expert as in ``dispatch``.
-
-    The row scale (the routing weight h_ie for the weighted Phi) is kept apart from the features
-    because applying it to the (C, C) products is cheaper than to the (C, H) features.
-    """
-
-    dispatch: Dispatch
-    feats: Tensor  # (R, H) unscaled features
-    scale: Tensor | None = None  # (R,) row scale, None for 1
-
-    def scaled(self) -> Tensor:
-        return self.feats if self.scale is None else self.feats * self.scale[:, None]  # (R, H)
 
 
 class GramStats(NamedTuple):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -23,8 +23,7 @@ from torch.autograd.function import once_differentiable
 
 from rl_moe.nn import Dispatch
 
-if TYPE_CHECKING:  # pragma: no cover
-    from rl_moe.regularizers.gram import FeatureBlock
+from rl_moe.regularizers.blocks import FeatureBlock
 
 #: Fixed cost of one more bucket (two bmm calls), in multiply-adds; tuned on CPU at E=10 and E=160.
 _BUCKET_COST = 0.5e6
