@@ -397,7 +397,8 @@ def test_resume_with_corrupt_files_exits_2_and_changes_nothing(tmp_path: Path, c
     run = tmp_path / "run"
     assert main(["--suite", "smoke", "--method", "topk", "--tasks", "2", "--steps-per-task", "128", "--run-dir", str(run), *TINY]) == 0
     results = json.loads((run / "results.json").read_text())
-    results.update(finished_tasks=1, complete=False)  # as if interrupted during task 2
+    # As if interrupted during task 2.
+    results.update(finished_tasks=1, complete=False, task_segments=results["task_segments"][:1], global_step=results["task_segments"][0][1])
     (run / "results.json").write_text(json.dumps(results))
     ckpt = RunDir(run).checkpoint(0, "pendulum-0")
     if damage == "checkpoint_garbage":

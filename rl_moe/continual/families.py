@@ -1,5 +1,5 @@
 """Env families, one :class:`EnvFamily` each in :data:`FAMILIES`: how a family's tasks are built,
-checked and reseeded, whether it is installed, its scripted experts and its learner presets.
+checked and reseeded, whether it is installed, and its scripted experts.
 
 A suite names its family; nothing else in the package branches on a family's name. Adding one
 is an entry here plus a suite file (docs/contributing.md, "Adding an env family").
@@ -8,14 +8,13 @@ is an entry here plus a suite file (docs/contributing.md, "Adding an env family"
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
 from rl_moe.continual.errors import MissingDependencyError, UsageError
-from rl_moe.continual.learners import PPOConfig, TD3Config
 from rl_moe.continual.wrappers import PermuteObsFlipAction
 
 if TYPE_CHECKING:
@@ -53,8 +52,6 @@ class EnvFamily:
         the family's package is missing
     :param expert: ``task name -> scripted policy`` for ``probe.policy=expert``, raising
         ValueError for a task without one; None where the family has no experts
-    :param presets: learner name -> its settings for this family (SPHERE Table 2); suites name
-        them by family in their ``presets`` field
     """
 
     name: str
@@ -63,7 +60,6 @@ class EnvFamily:
     check_tasks: Callable[[Suite], None] = _nothing_to_check
     check_available: Callable[[], None] = _always_available
     expert: Callable[[str], Expert] | None = None
-    presets: Mapping[str, Any] = field(default_factory=dict)
 
 
 # ---- MetaWorld ---------------------------------------------------------------------------------
@@ -155,28 +151,17 @@ def _check_smoke_tasks(suite: Suite) -> None:
             raise UsageError(f"bad smoke task {t.name!r}: {exc}") from None
 
 
-#: ``family`` name -> spec. The presets follow SPHERE Table 2 (PPO); TD3 follows SB3 and
-#: Fujimoto et al. (2018).
+#: ``family`` name -> spec (the learners' settings per family are in :mod:`rl_moe.continual.presets`).
 FAMILIES: dict[str, EnvFamily] = {
     "metaworld": EnvFamily(
         name="metaworld", make=_make_metaworld, reseed=_reseed_metaworld, check_tasks=_check_metaworld_tasks,
         check_available=_check_metaworld_available, expert=metaworld_expert,
-        presets={"ppo": PPOConfig(), "td3": TD3Config()},
     ),
     "humanoidbench": EnvFamily(
         name="humanoidbench", make=_make_humanoidbench, check_available=_check_humanoidbench_available,
-        presets={
-            "ppo": PPOConfig(n_envs=128, n_steps=16, batch_size=64, lr_decay_fraction=0.5, normalize_obs=True, normalize_reward=True),
-            "td3": TD3Config(normalize_obs=True),
-        },
     ),
     "smoke": EnvFamily(
         name="smoke", make=_make_smoke, check_tasks=_check_smoke_tasks,
-        presets={
-            # Pendulum-sized: 4 x 256 steps per update so a 20k-step task sees ~20 updates.
-            "ppo": PPOConfig(n_envs=4, n_steps=256, batch_size=64, n_epochs=10, gamma=0.98, lr_start=1e-3, lr_end=3e-4),
-            "td3": TD3Config(buffer_size=100_000, learning_starts=1_000, batch_size=128, gamma=0.98),
-        },
     ),
 }  # fmt: skip
 
@@ -186,8 +171,3 @@ def get_family(name: str) -> EnvFamily:
     if name not in FAMILIES:
         raise UsageError(f"unknown env family {name!r}; valid choices: {', '.join(FAMILIES)}")
     return FAMILIES[name]
-
-
-def learner_presets(algo: str) -> dict[str, Any]:
-    """Preset name (= family) -> settings of learner ``algo``, for the families that define one."""
-    return {f.name: f.presets[algo] for f in FAMILIES.values() if algo in f.presets}

@@ -3,8 +3,8 @@
 A spec holds everything that differs between PPO and TD3 for the rest of the package: the config
 section and its checks, the policy and learner classes, which side carries the MoE by default,
 how a task starts and how the step budget rounds. Nothing else branches on the algo's name.
-The settings per env family (SPHERE appendix A.4, Table 2) are the families' presets
-(:data:`rl_moe.continual.families.FAMILIES`); every field can be changed from the CLI with
+The settings per env family (SPHERE appendix A.4, Table 2) are the presets in
+:mod:`rl_moe.continual.presets`; every field can be changed from the CLI with
 ``--set ppo.n_steps=64`` and the like.
 """
 
@@ -160,12 +160,6 @@ class AlgoSpec:
     critic_sees_action: bool = False
     rollout: Callable[[Any], int] = lambda _section: 1
     regularizer_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-
-    def presets(self) -> dict[str, Any]:
-        """Preset name -> section: the env families' settings for this learner."""
-        from rl_moe.continual.families import learner_presets
-
-        return learner_presets(self.name)
 
     def steps_per_task(self, section: Any, steps: int) -> int:
         """Env steps a task really runs: ``steps`` rounded up to whole rollouts."""

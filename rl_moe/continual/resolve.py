@@ -16,6 +16,7 @@ from rl_moe.continual.errors import UsageError, check_choice, check_positive
 from rl_moe.continual.families import FAMILIES
 from rl_moe.continual.learners import LEARNERS, check_fast_update, get_learner
 from rl_moe.continual.methods import check_regularizers, get_method
+from rl_moe.continual.presets import learner_presets
 from rl_moe.rundir import RunDir
 from rl_moe.continual.suites import Suite, load_suite, suite_from_dict
 from rl_moe.diagnostics.probe import ProbeConfig
@@ -137,13 +138,13 @@ def resolve(req: RunRequest) -> RunConfig:
     _check_device(req.device)
 
     flags = [f"net.{k}={v}" for k, v in (("n_experts", req.n_experts), ("top_k", req.top_k)) if v is not None]
-    presets = spec.presets()
+    presets = learner_presets(algo)
     preset = suite.presets.get(algo, DEFAULT_PRESET)
     if preset not in presets:
         raise UsageError(f"suite {suite.name!r} names unknown {algo} preset {preset!r}; valid choices: {', '.join(presets)}")
     sections: dict[str, Any] = {"net": NetSettings(kind=method.kind), "eval": EvalSettings(), "probe": ProbeConfig()}
     for other in LEARNERS.values():  # every learner's section is stored; the run's is used
-        choices = other.presets()
+        choices = learner_presets(other.name)
         sections[other.name] = choices.get(suite.presets.get(other.name, DEFAULT_PRESET), choices[DEFAULT_PRESET])
     regs = {k: dict(v) for k, v in spec.regularizer_defaults.items()}
     for name, kwargs in suite.regularizers.items():
