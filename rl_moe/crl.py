@@ -350,8 +350,12 @@ def _train(args: argparse.Namespace, cfg: RunConfig, run_dir: Path, finished: in
     for tmp in RunDir(run_dir).stale_temp_files():  # the lock makes them no live writer's
         tmp.unlink(missing_ok=True)
     stored = RunDir(run_dir).config
+    on_ready = None
     if not stored.is_file() or stored.read_text() != json.dumps(cfg.to_dict(), indent=2) + "\n":
-        cfg.save(str(stored))  # new run, restarted partial folder, or --set on a resume
+        if finished and stored.is_file():  # --set on a resume: rewrite once the learner has loaded with it
+            on_ready = lambda: cfg.save(str(stored))  # noqa: E731
+        else:  # a new run, or a restarted partial folder
+            cfg.save(str(stored))
     print(f"run folder: {run_dir}", flush=True)
     if finished:
         print(f"resuming at task {finished + 1}/{len(cfg.tasks)} ({finished} finished)", flush=True)
@@ -359,7 +363,7 @@ def _train(args: argparse.Namespace, cfg: RunConfig, run_dir: Path, finished: in
     if note:
         print(note, flush=True)
     try:
-        results = ContinualScheduler(cfg, run_dir, progress=not args.no_progress).run()
+        results = ContinualScheduler(cfg, run_dir, progress=not args.no_progress, on_model_ready=on_ready).run()
     except KeyboardInterrupt:
         sys.stderr.write(f"\ninterrupted; finished tasks are saved. Resume with: {resume_cmd}\n")
         return EXIT_INTERRUPTED

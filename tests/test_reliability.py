@@ -355,3 +355,29 @@ def test_episode_statistics_continue_across_a_resume(tmp_path: Path, monkeypatch
     boundary = json.loads((full / "results.json").read_text())["task_segments"][0][1]
     assert any(step > boundary for step, _ in a["rollout/ep_rew_mean"])
     assert a["rollout/ep_rew_mean"] == b["rollout/ep_rew_mean"]
+
+
+def test_resume_rewrites_config_only_once_the_learner_loads_with_the_new_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = tmp_path / "run"
+    original = sched_mod.ContinualScheduler._train_task
+
+    def stop(self, i, probe):  # type: ignore[no-untyped-def]
+        if i == 1:
+            raise KeyboardInterrupt
+        original(self, i, probe)
+
+    with monkeypatch.context() as m:
+        m.setattr(sched_mod.ContinualScheduler, "_train_task", stop)
+        assert main([*TINY, "--method", "topk", "--run-dir", str(run)]) == 130
+    stored = (run / "config.json").read_text()
+
+    def broken_load(self, i):  # type: ignore[no-untyped-def]
+        raise RuntimeError("the checkpoint does not load with these settings")
+
+    with monkeypatch.context() as m:
+        m.setattr(sched_mod.ContinualScheduler, "_load_finished", broken_load)
+        with pytest.raises(RuntimeError, match="does not load"):
+            main(["--resume", str(run), "--no-progress", "--set", "ppo.lr_start=1e-4"])
+    assert (run / "config.json").read_text() == stored  # the run is still resumable as it was
+    assert main(["--resume", str(run), "--no-progress", "--set", "ppo.lr_start=1e-4"]) == 0
+    assert json.loads((run / "config.json").read_text())["ppo"]["lr_start"] == 1e-4

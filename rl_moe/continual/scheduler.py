@@ -14,6 +14,7 @@ import copy
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -63,8 +64,19 @@ class ContinualScheduler:
     :param callbacks: extra SB3 callbacks attached to every task's ``learn`` (tests, tools)
     """
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, progress: bool = True, callbacks: list[BaseCallback] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run_dir: Path,
+        progress: bool = True,
+        callbacks: list[BaseCallback] | None = None,
+        on_model_ready: Callable[[], None] | None = None,
+    ) -> None:
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
+        #: Called once, when the first learner of this session is built and loaded (the CLI
+        #: rewrites a resumed run's config.json only then, so a setting that breaks loading
+        #: leaves the stored one intact).
+        self.on_model_ready = on_model_ready
         self.files = RunDir(run_dir)
         self.extra_callbacks = list(callbacks or [])
         self.suite = suite_of(cfg)
@@ -154,6 +166,7 @@ class ContinualScheduler:
                 self._finish_evaluation(res.finished_tasks - 1)
             for i in range(res.finished_tasks, len(self.tasks)):
                 self._train_task(i, probe_states)
+            self._model_ready()  # only evaluation was left: nothing to load the settings into
             self._finish()
         finally:
             self._close_env()
@@ -188,6 +201,12 @@ class ContinualScheduler:
         env.seed(self._seed(_TRAIN_SEED, i))
         if self._boundary_state is not None and self.cfg.protocol == "crl":
             rng.restore(self.model, self._boundary_state)
+        self._model_ready()
+
+    def _model_ready(self) -> None:
+        if self.on_model_ready is not None:
+            ready, self.on_model_ready = self.on_model_ready, None
+            ready()
 
     def _build_model(self, env: VecEnv) -> None:
         self.model = build_model(self.cfg, env, self.device)
