@@ -41,7 +41,7 @@ if __name__ == "__main__":  # Ctrl-C while the heavy imports below load exits as
     signal.signal(signal.SIGINT, _quit_during_startup)
 
 from rl_moe.cli import EXIT_USAGE, UsageParser  # noqa: E402
-from rl_moe.continual.config import RunConfig  # noqa: E402
+from rl_moe.continual.config import OVERRIDE_PRESETS, RunConfig  # noqa: E402
 from rl_moe.continual.errors import DivergedError, UsageError  # noqa: E402
 from rl_moe.continual.methods import METHODS, get_method  # noqa: E402
 from rl_moe.continual.learners import LEARNERS, get_learner  # noqa: E402
@@ -220,19 +220,16 @@ def _check_flags_match(args: argparse.Namespace, cfg: RunConfig) -> None:
             raise UsageError(f"{flag} {given} conflicts with the resumed run's stored {stored[key]!r}; drop {flag} (the stored value is kept) or start a new run")
     if args.resume is not None and args.run_dir is not None and Path(args.run_dir).resolve() != Path(args.resume).resolve():
         raise UsageError(f"--run-dir {args.run_dir} differs from --resume {args.resume}; give one of them")
-    if args.preset is not None:
-        raise UsageError(f"--preset {args.preset} cannot change a resumed run; pass the settings you want to change with --set")
 
 
-def _with_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
-    """``--set`` on a resume: the stored config with the overrides, validated like a new run's.
+def _with_overrides(cfg: RunConfig, overrides: list[str], source: str = "--set") -> RunConfig:
+    """``--set`` (or a ``--preset`` bundle) on a resume: the stored config with the overrides,
+    validated like a new run's.
 
-    ``net.*`` settings define the parameter shapes the checkpoints hold: changing one would make
-    the run unloadable, so they are refused before anything is written.
+    ``net.*`` settings define the parameter shapes the checkpoints hold: one that changes the
+    stored value would make the run unloadable, so it is refused before anything is written (the
+    same command repeated to resume a run passes the stored values again, which is fine).
     """
-    frozen = [o for o in overrides if o.split("=", 1)[0].strip().startswith("net.")]
-    if frozen:
-        raise UsageError(f"--set {frozen[0]} cannot change a resumed run: net.* settings fix the shapes of its checkpoints; start a new run to change them")
     from rl_moe.continual.config import SECTIONS, apply_overrides
     from rl_moe.continual.methods import check_regularizers, get_method
     from rl_moe.continual.resolve import check_sections
@@ -240,6 +237,10 @@ def _with_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
     regs_used = get_method(cfg.method).regularizers
     sections = {name: getattr(cfg, name) for name in SECTIONS}
     sections, regs = apply_overrides(sections, {k: dict(v) for k, v in cfg.regularizers.items()}, overrides, used=regs_used)
+    if sections["net"] != cfg.net:
+        changed = next((o for o in overrides if o.split("=", 1)[0].strip().startswith("net.")), "net.*")
+        what = f"--set {changed}" if source == "--set" else f"{source} (its {changed})"
+        raise UsageError(f"{what} cannot change a resumed run: net.* settings fix the shapes of its checkpoints; start a new run to change them")
     check_sections(sections)
     check_regularizers(regs_used, {k: regs.get(k, {}) for k in regs_used})
     return dataclasses.replace(cfg, regularizers=regs, **sections)
@@ -262,6 +263,9 @@ def prepare(args: argparse.Namespace) -> tuple[RunConfig, Path]:
         cfg = _load_run(run_dir)
         _check_flags_match(args, cfg)
         _check_resumable(run_dir, cfg)
+        if args.preset is not None:  # applied like --set, before it, as for a new run
+            bundle = OVERRIDE_PRESETS[check_choice(args.preset, tuple(OVERRIDE_PRESETS), "preset")]
+            cfg = _with_overrides(cfg, list(bundle), source=f"--preset {args.preset}")
         if args.overrides:
             cfg = _with_overrides(cfg, args.overrides)
         if args.reference is not None:  # safe to add: it only changes forward transfer

@@ -29,3 +29,26 @@ def faucet_suite(tmp_path: Path) -> Path:
     path = tmp_path / "faucet.json"
     path.write_text(json.dumps(data))
     return path
+
+
+def _stop_before_task(argv: list[str], task: int) -> int:
+    from rl_moe.continual import scheduler
+    from rl_moe.crl import main
+
+    original = scheduler.ContinualScheduler._train_task
+
+    def stop(self: scheduler.ContinualScheduler, i: int, probe: object) -> None:
+        if i == task:
+            raise KeyboardInterrupt
+        original(self, i, probe)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(scheduler.ContinualScheduler, "_train_task", stop)
+        return main(argv)
+
+
+@pytest.fixture(scope="session")
+def stop_before_task():
+    """``stop_before_task(argv, i)``: run ``rl_moe.crl`` with a Ctrl-C at the start of task ``i``
+    (a resumable partial run); returns its exit code (130)."""
+    return _stop_before_task

@@ -290,7 +290,7 @@ def test_resume_refuses_conflicting_run_flags_and_prints_an_absolute_resume_path
         "conflicts with the resumed run's stored": (["--method", "topk"], ["--algo", "td3"], ["--seed", "3"], ["--tasks", "1"],
                                                     ["--experts", "8"], ["--top-k", "1"], ["--vec-env", "subproc"]),
         "differs from --resume": (["--run-dir", "other/run"],),
-        "cannot change a resumed run": (["--preset", "tiny"],),
+        "valid choices: tiny": (["--preset", "nope"],),
     }  # fmt: skip
     for message, flags in conflicts.items():
         for flag in flags:
@@ -305,7 +305,9 @@ def test_resume_refuses_conflicting_run_flags_and_prints_an_absolute_resume_path
     assert not (tmp_path / "other").exists()
     # Same values are fine, and a forward-transfer reference is honoured on a resume.
     reference = tmp_path / "rel" / "run"
-    assert main(["--resume", "rel/run", "--no-progress", "--method", "sphere", "--seed", "0", "--tasks", "2", "--run-dir", "rel/run", "--reference", str(reference)]) == 0
+    # The same values again (as a re-run of the same command passes them) are fine too.
+    again = ["--preset", "tiny", "--set", "net.hidden=32,32", "--set", "ppo.n_steps=64"]
+    assert main(["--resume", "rel/run", "--no-progress", "--method", "sphere", "--seed", "0", "--tasks", "2", "--run-dir", "rel/run", "--reference", str(reference), *again]) == 0
     assert json.loads((reference / "config.json").read_text())["reference"] == str(reference.resolve())
 
 
@@ -332,24 +334,15 @@ def test_full_disk_during_a_run_says_what_was_kept_and_resumes(tmp_path: Path, c
     assert json.loads((run / "results.json").read_text())["complete"]
 
 
-def test_episode_statistics_continue_across_a_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_episode_statistics_continue_across_a_resume(tmp_path: Path, stop_before_task) -> None:
     # rollout/ep_* average SB3's last episodes, which carry over from task to task in CRL; a
     # resumed model must start task 2 with the same ones (Pendulum episodes end every 200 steps
     # per env, so 512-step tasks finish some before the boundary).
     argv = [*TINY, "--method", "topk", "--steps-per-task", "512"]
     full = tmp_path / "full"
     assert main([*argv, "--run-dir", str(full)]) == 0
-    original = sched_mod.ContinualScheduler._train_task
-
-    def stop(self, i, probe):  # type: ignore[no-untyped-def]
-        if i == 1:
-            raise KeyboardInterrupt
-        original(self, i, probe)
-
     cut = tmp_path / "cut"
-    with monkeypatch.context() as m:
-        m.setattr(sched_mod.ContinualScheduler, "_train_task", stop)
-        assert main([*argv, "--run-dir", str(cut)]) == 130
+    assert stop_before_task([*argv, "--run-dir", str(cut)], 1) == 130
     assert main(["--resume", str(cut), "--no-progress"]) == 0
     a, b = _scalars(full), _scalars(cut)
     boundary = json.loads((full / "results.json").read_text())["task_segments"][0][1]
@@ -357,18 +350,9 @@ def test_episode_statistics_continue_across_a_resume(tmp_path: Path, monkeypatch
     assert a["rollout/ep_rew_mean"] == b["rollout/ep_rew_mean"]
 
 
-def test_resume_rewrites_config_only_once_the_learner_loads_with_the_new_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_rewrites_config_only_once_the_learner_loads_with_the_new_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop_before_task) -> None:
     run = tmp_path / "run"
-    original = sched_mod.ContinualScheduler._train_task
-
-    def stop(self, i, probe):  # type: ignore[no-untyped-def]
-        if i == 1:
-            raise KeyboardInterrupt
-        original(self, i, probe)
-
-    with monkeypatch.context() as m:
-        m.setattr(sched_mod.ContinualScheduler, "_train_task", stop)
-        assert main([*TINY, "--method", "topk", "--run-dir", str(run)]) == 130
+    assert stop_before_task([*TINY, "--method", "topk", "--run-dir", str(run)], 1) == 130
     stored = (run / "config.json").read_text()
 
     def broken_load(self, i):  # type: ignore[no-untyped-def]

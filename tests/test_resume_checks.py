@@ -18,21 +18,10 @@ TINY = ["--suite", "smoke", "--method", "topk", "--preset", "tiny", "--no-progre
 
 
 @pytest.fixture(scope="module")
-def partial(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def partial(tmp_path_factory: pytest.TempPathFactory, stop_before_task) -> Path:
     """A 2-task run stopped (Ctrl-C) after task 1: resumable."""
-    from rl_moe.continual import scheduler
-
     run = tmp_path_factory.mktemp("partial") / "run"
-    original = scheduler.ContinualScheduler._train_task
-
-    def stop_at_task_2(self: scheduler.ContinualScheduler, i: int, probe: object) -> None:
-        if i == 1:
-            raise KeyboardInterrupt
-        original(self, i, probe)
-
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(scheduler.ContinualScheduler, "_train_task", stop_at_task_2)
-        assert main([*TINY, "--run-dir", str(run)]) == 130
+    assert stop_before_task([*TINY, "--run-dir", str(run)], 1) == 130
     return run
 
 

@@ -21,25 +21,9 @@ def tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def partial_run(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 2-task smoke run stopped (Ctrl-C) at the start of task 2: resumable."""
-    from rl_moe.continual import scheduler
-
-    original = scheduler.ContinualScheduler._train_task
-
-    def stop_at_task_2(self: scheduler.ContinualScheduler, i: int, probe: object) -> None:
-        if i == 1:
-            raise KeyboardInterrupt
-        original(self, i, probe)
-
-    with monkeypatch.context() as m:
-        m.setattr(scheduler.ContinualScheduler, "_train_task", stop_at_task_2)
-        assert main([*TINY, "--tasks", "2", "--run-dir", str(run)]) == 130
-
-
-def test_second_writer_exits_2_naming_the_holder_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+def test_second_writer_exits_2_naming_the_holder_and_writes_nothing(tmp_path: Path, stop_before_task, capsys: pytest.CaptureFixture) -> None:
     run = tmp_path / "run"
-    partial_run(run, monkeypatch)
+    assert stop_before_task([*TINY, "--tasks", "2", "--run-dir", str(run)], 1) == 130
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     locks = [RunLock(run).acquire(), RunLock(fresh).acquire()]  # stand in for runs still training there
@@ -105,9 +89,9 @@ def test_sweep_skips_trials_whose_folder_is_in_use(tmp_path: Path, capsys: pytes
     assert f"busy    smoke/ppo-topk-crl-s1 (in use by process {os.getpid()}; skipped)" in capsys.readouterr().out
 
 
-def test_stale_temp_files_of_a_killed_run_are_removed_on_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stale_temp_files_of_a_killed_run_are_removed_on_resume(tmp_path: Path, stop_before_task) -> None:
     run = tmp_path / "run"
-    partial_run(run, monkeypatch)
+    assert stop_before_task([*TINY, "--tasks", "2", "--run-dir", str(run)], 1) == 130
     stale = [run / ".results.json.k3j9x.tmp", run / "checkpoints" / ".task_01_pendulum-1.zip.a8b2c.tmp"]
     kept = [run / "notes.tmp", run / "checkpoints" / "mine.tmp.txt"]
     for p in (*stale, *kept):
