@@ -231,7 +231,7 @@ def _with_overrides(cfg: RunConfig, overrides: list[str], source: str = "--set")
     same command repeated to resume a run passes the stored values again, which is fine).
     """
     from rl_moe.continual.config import SECTIONS, apply_overrides
-    from rl_moe.continual.methods import check_regularizers, get_method
+    from rl_moe.continual.methods import check_regularizers, full_regularizer_settings, get_method
     from rl_moe.continual.resolve import check_sections
 
     regs_used = get_method(cfg.method).regularizers
@@ -243,7 +243,7 @@ def _with_overrides(cfg: RunConfig, overrides: list[str], source: str = "--set")
         raise UsageError(f"{what} cannot change a resumed run: net.* settings fix the shapes of its checkpoints; start a new run to change them")
     check_sections(sections)
     check_regularizers(regs_used, {k: regs.get(k, {}) for k in regs_used})
-    return dataclasses.replace(cfg, regularizers=regs, **sections)
+    return dataclasses.replace(cfg, regularizers={**regs, **full_regularizer_settings(regs_used, regs)}, **sections)
 
 
 def prepare(args: argparse.Namespace) -> tuple[RunConfig, Path]:

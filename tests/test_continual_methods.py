@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -10,6 +12,7 @@ from rl_moe.continual.envs import make_vec_env, task_factories
 from rl_moe.continual.methods import METHODS
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 from rl_moe.nn import NetConfig
+from rl_moe.regularizers import SphereConfig
 
 
 def _model(method: str, algo: str):
@@ -37,7 +40,8 @@ def test_every_method_trains_with_ppo(method: str) -> None:
 
 def test_td3_sphere_regularizes_critic() -> None:
     cfg, model = _model("sphere", "td3")
-    assert cfg.regularizers["sphere"] == {"placement": "critic", "rho": 0.1}
+    # Stored whole (every field, defaults filled in): a resumed run cannot pick up a changed default.
+    assert cfg.regularizers["sphere"] == {**dataclasses.asdict(SphereConfig()), "placement": "critic", "rho": 0.1}
     assert model.policy.critic_cfg.kind == "topk" and model.policy.actor_cfg.kind == "topk"
     begin_task(model, cfg, 0, 0)
     assert model.learning_starts == cfg.td3.learning_starts
@@ -60,3 +64,20 @@ def test_unlisted_routers_and_regularizers_get_default_methods() -> None:
     named = {"ec": Method("ec", "expert_choice"), "redo": Method("redo", "dense_moe", regularizers=("redo",))}
     assert "expert_choice" not in _defaults(named) and "redo" not in _defaults(named)
     assert set(_defaults(METHODS)) == set()
+
+
+def test_config_json_stores_every_regularizer_field(tmp_path) -> None:
+    # Every field present (defaults filled in) means a resumed run is rebuilt from what it ran
+    # with, whatever the defaults of a later version.
+    import json
+
+    from rl_moe.continual.config import RunConfig
+    from rl_moe.continual.methods import build_regularizers
+
+    cfg = resolve(RunRequest(suite="smoke", method="sphere", tasks=1, device="cpu", overrides=("reg.sphere.rho=0.05",)))
+    cfg.save(str(tmp_path / "config.json"))
+    stored = json.loads((tmp_path / "config.json").read_text())["regularizers"]["sphere"]
+    assert set(stored) == {f.name for f in dataclasses.fields(SphereConfig)}
+    assert stored == dataclasses.asdict(SphereConfig(rho=0.05))
+    (reg,) = build_regularizers(("sphere",), RunConfig.from_dict(json.loads((tmp_path / "config.json").read_text())).regularizers)
+    assert reg.config == SphereConfig(**stored)

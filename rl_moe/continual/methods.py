@@ -9,6 +9,7 @@ regularizer that the table leaves out gets such a method by default, named after
 from __future__ import annotations
 
 from collections.abc import Mapping
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,6 +111,13 @@ def check_regularizers(names: tuple[str, ...], kwargs: Mapping[str, Mapping[str,
         build_regularizers(names, kwargs)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"bad regularizer settings {dict(kwargs)}: {exc}") from None
+
+
+def full_regularizer_settings(names: tuple[str, ...], kwargs: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every field of each named regularizer's config, defaults filled in. ``config.json`` stores
+    these, so a resumed run is rebuilt from what it ran with: a default changed in a later
+    version cannot change it."""
+    return {name: dataclasses.asdict(reg.config) for name, reg in zip(names, build_regularizers(names, kwargs))}
 
 
 def build_regularizers(names: tuple[str, ...], kwargs: Mapping[str, Mapping[str, Any]]) -> list[Any]:

@@ -15,7 +15,7 @@ from rl_moe.continual.envs import resolve_vec_env_type
 from rl_moe.continual.errors import UsageError, check_choice, check_positive
 from rl_moe.continual.families import FAMILIES
 from rl_moe.continual.learners import LEARNERS, check_fast_update, get_learner
-from rl_moe.continual.methods import check_regularizers, get_method
+from rl_moe.continual.methods import check_regularizers, full_regularizer_settings, get_method
 from rl_moe.continual.presets import learner_presets
 from rl_moe.rundir import RunDir
 from rl_moe.continual.suites import Suite, load_suite, suite_from_dict
@@ -176,6 +176,7 @@ def resolve(req: RunRequest) -> RunConfig:
     )
     _check_net(cfg)
     check_regularizers(method.regularizers, {k: cfg.regularizers.get(k, {}) for k in method.regularizers})
+    cfg = dataclasses.replace(cfg, regularizers={**cfg.regularizers, **full_regularizer_settings(method.regularizers, cfg.regularizers)})
     family = FAMILIES[suite.family]
     family.check_available()
     family.check_tasks(suite)
