@@ -290,13 +290,14 @@ def test_metaworld_factory_leaves_global_numpy_rng_alone() -> None:
 def test_registries_cover_every_builtin_suite() -> None:
     from rl_moe.continual.families import FAMILIES
     from rl_moe.continual.learners import LEARNERS
+    from rl_moe.continual.presets import learner_presets
     from rl_moe.continual.resolve import DEFAULT_PRESET
 
     for name in builtin_suites():
         suite = load_suite(name)
         assert suite.family in FAMILIES, name
         for algo, spec in LEARNERS.items():
-            preset = spec.presets()[suite.presets.get(algo, DEFAULT_PRESET)]
+            preset = learner_presets(algo)[suite.presets.get(algo, DEFAULT_PRESET)]
             assert isinstance(preset, spec.config_cls), (name, algo)
 
 
