@@ -8,6 +8,8 @@ from typing import NoReturn
 
 #: Exit code of a user mistake (bad flag, name or value): one line on stderr, no traceback.
 EXIT_USAGE = 2
+#: Ctrl-C: the CLIs stop cleanly with this code (a sweep stops when a trial exits with it).
+EXIT_INTERRUPTED = 130
 
 
 class UsageParser(argparse.ArgumentParser):

@@ -40,7 +40,7 @@ def _interrupt_once(signum: int, frame: object) -> None:
 if __name__ == "__main__":  # Ctrl-C while the heavy imports below load exits as cleanly as later
     signal.signal(signal.SIGINT, _quit_during_startup)
 
-from rl_moe.cli import EXIT_USAGE, UsageParser  # noqa: E402
+from rl_moe.cli import EXIT_INTERRUPTED, EXIT_USAGE, UsageParser  # noqa: E402
 from rl_moe.continual.config import OVERRIDE_PRESETS, RunConfig  # noqa: E402
 from rl_moe.continual.errors import DivergedError, UsageError  # noqa: E402
 from rl_moe.continual.methods import METHODS, get_method  # noqa: E402
@@ -57,7 +57,6 @@ EXIT_DIVERGED = 3
 EXIT_STORAGE = 4
 #: Storage failures that a resume gets past once the disk is fixed (full, failing, read-only, quota).
 _STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, errno.EROFS, errno.EDQUOT})
-EXIT_INTERRUPTED = 130
 #: Flags that define a run: on ``--resume`` the stored values hold, and a differing flag is refused.
 _RUN_FLAGS: dict[str, str] = {
     "suite": "suite", "algo": "algo", "method": "method", "protocol": "protocol", "seed": "seed",

@@ -376,3 +376,19 @@ def test_progress_line_counts_trials_steps_and_eta(tmp_path: Path) -> None:
     # The unstarted trial is assumed to need the mean known budget (2048).
     assert snap == (1, 1, 1, 512, (2048 - 512) + 2048)
     assert line(snap, 10.0) == "sweep: 1 done, 1 running, 1 queued; 512 env steps in 0:00:10, 51 env steps/s; ETA 0:01:10"
+
+
+@pytest.mark.parametrize("backend", ["sequential", "local"])
+def test_a_trial_stopped_by_ctrl_c_stops_the_sweep(tmp_path: Path, backend: str) -> None:
+    # Ctrl-C reaches the whole process group: a trial can exit 130 before the sweep sees the
+    # signal, and its freed slot must not start the next trial.
+    ran: list[int] = []
+
+    def runner(trial: Trial, command: list[str], env: dict[str, str]) -> Outcome:
+        ran.append(trial.seed)
+        return Outcome(trial, "failed", 130)
+
+    cfg = SweepConfig(suites=("smoke",), methods=("topk",), seeds=(0, 1, 2), out=tmp_path, parallel=1 if backend == "local" else None)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(cfg, backend, runner, RayOptions(num_cpus=1))
+    assert ran == [0]

@@ -37,7 +37,7 @@ from contextlib import closing
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from rl_moe.cli import EXIT_USAGE, UsageParser
+from rl_moe.cli import EXIT_INTERRUPTED, EXIT_USAGE, UsageParser
 from rl_moe.runlock import Holder, lock_holder
 from rl_moe.sweep.progress import Heartbeat
 from rl_moe.continual.learners import LEARNERS
@@ -58,7 +58,6 @@ __all__ = [
 ]  # fmt: skip
 
 EXIT_FAILED = 1
-EXIT_INTERRUPTED = 130
 BACKENDS = ("auto", "ray", "local", "sequential")
 
 

@@ -11,6 +11,7 @@ from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from rl_moe.cli import EXIT_INTERRUPTED
 from rl_moe.sweep.trials import Outcome, SweepConfig, SweepError, Trial, TrialRunner
 
 
@@ -19,9 +20,18 @@ Outcomes = Generator[Outcome, None, None]
 
 
 def run_sequential(jobs: Sequence[tuple[Trial, list[str]]], env: dict[str, str], runner: TrialRunner) -> Outcomes:
-    """Run trials one after another in this process."""
+    """Run trials one after another in this process; a trial stopped by Ctrl-C stops the sweep."""
     for trial, command in jobs:
-        yield runner(trial, command, env)
+        outcome = runner(trial, command, env)
+        yield outcome
+        if interrupted(outcome):
+            raise KeyboardInterrupt
+
+
+def interrupted(outcome: Outcome) -> bool:
+    """The trial exited as Ctrl-C makes the CLI exit (SIGINT reaches the whole process group, and
+    a child can finish before the sweep itself sees the signal)."""
+    return outcome.returncode == EXIT_INTERRUPTED
 
 
 @dataclass(frozen=True)
@@ -145,7 +155,10 @@ def run_local(jobs: Sequence[tuple[Trial, list[str]]], env: dict[str, str], runn
             raise CancelledError
         slot = free.get()  # never waits: there are as many threads as slots
         try:
-            return runner(trial, command, pin_gpu(env, slot, plan.n_gpus))
+            outcome = runner(trial, command, pin_gpu(env, slot, plan.n_gpus))
+            if interrupted(outcome):  # set before the slot is freed: no next trial starts
+                stopped.set()
+            return outcome
         finally:
             free.put(slot)
 
@@ -153,7 +166,10 @@ def run_local(jobs: Sequence[tuple[Trial, list[str]]], env: dict[str, str], runn
     try:
         futures = [pool.submit(run, trial, command) for trial, command in jobs]
         for future in as_completed(futures):
-            yield future.result()
+            outcome = future.result()
+            yield outcome
+            if interrupted(outcome):
+                raise KeyboardInterrupt
     finally:
         # On Ctrl-C the running children got SIGINT too (same process group) and stop on their own;
         # trials not started yet must not start. Not waiting here lets KeyboardInterrupt reach main.
