@@ -22,7 +22,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 
 def _quit_during_startup(signum: int, frame: object) -> None:
@@ -43,12 +42,11 @@ if __name__ == "__main__":  # Ctrl-C while the heavy imports below load exits as
 from rl_moe.cli import EXIT_INTERRUPTED, EXIT_USAGE, UsageParser  # noqa: E402
 from rl_moe.continual.config import OVERRIDE_PRESETS, RunConfig  # noqa: E402
 from rl_moe.continual.errors import DivergedError, UsageError  # noqa: E402
-from rl_moe.continual.methods import METHODS, get_method  # noqa: E402
+from rl_moe.continual.methods import METHODS  # noqa: E402
 from rl_moe.continual.learners import LEARNERS, get_learner  # noqa: E402
 from rl_moe.continual.errors import check_choice  # noqa: E402
-from rl_moe.continual.resolve import DEVICES, PROTOCOLS, RunRequest, check_reference, resolve, suite_of  # noqa: E402
-from rl_moe.continual.rng import load as load_training_state  # noqa: E402
-from rl_moe.continual.results import Results, checkpoint_ok, load_regularizer_state  # noqa: E402
+from rl_moe.continual.resolve import DEVICES, RunRequest, check_reference, resolve  # noqa: E402
+from rl_moe.continual.resume import check_flags_match, check_resumable, load_run, with_overrides  # noqa: E402
 from rl_moe.rundir import RunDir, check_writable_folder  # noqa: E402
 from rl_moe.runlock import RunLock, RunLocked  # noqa: E402
 from rl_moe.continual.suites import builtin_suites  # noqa: E402
@@ -57,11 +55,6 @@ EXIT_DIVERGED = 3
 EXIT_STORAGE = 4
 #: Storage failures that a resume gets past once the disk is fixed (full, failing, read-only, quota).
 _STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, errno.EROFS, errno.EDQUOT})
-#: Flags that define a run: on ``--resume`` the stored values hold, and a differing flag is refused.
-_RUN_FLAGS: dict[str, str] = {
-    "suite": "suite", "algo": "algo", "method": "method", "protocol": "protocol", "seed": "seed",
-    "steps_per_task": "steps_per_task", "device": "device",
-}  # fmt: skip
 _DEFAULTS: dict[str, object] = {"suite": "cw10", "algo": "ppo", "method": "sphere", "protocol": "crl", "seed": 0, "device": "auto"}
 
 
@@ -100,96 +93,6 @@ def _listing() -> str:
     return "\n".join(lines)
 
 
-def _load_run(run_dir: Path) -> RunConfig:
-    path = RunDir(run_dir).config
-    if not path.is_file():
-        raise UsageError(f"cannot resume {str(run_dir)!r}: no {path.name} there (not a run folder)")
-    try:
-        cfg = RunConfig.from_dict(json.loads(path.read_text()))
-    except (json.JSONDecodeError, TypeError, ValueError) as exc:
-        raise UsageError(f"cannot resume {str(run_dir)!r}: bad {path.name} ({exc})") from None
-    try:  # names a new run would have refused (a hand-edited file)
-        get_method(cfg.method)
-        get_learner(cfg.algo)
-        check_choice(cfg.protocol, PROTOCOLS, "protocol")
-        suite_of(cfg)
-    except UsageError as exc:
-        raise UsageError(f"cannot resume {str(run_dir)!r}: bad {path.name}: {exc}") from None
-    return cfg
-
-
-def _check_weights(run_dir: Path, cfg: RunConfig, checkpoints: list[Path], probe: Any) -> None:
-    """Finished checkpoints must load into the network the config builds, and the probe batch
-    must have the env's observation width (a mismatch would fail mid-run, or silently drop the
-    plasticity metrics for the rest of it)."""
-    from stable_baselines3.common.save_util import load_from_zip_file
-    from stable_baselines3.common.vec_env import DummyVecEnv
-
-    from rl_moe.continual.agents import build_model
-    from rl_moe.continual.envs import task_factories
-
-    suite = suite_of(cfg)
-    env = DummyVecEnv(task_factories(suite, suite.tasks[0], 1, 0))
-    try:
-        obs_dim = int(env.observation_space.shape[0])
-        if probe is not None and probe.shape[1] != obs_dim:
-            raise UsageError(f"cannot resume {str(run_dir)!r}: probe_states.pt holds {probe.shape[1]}-dim states, the env gives {obs_dim}; delete it (it is collected again)")
-        if not checkpoints:
-            return
-        expected = {k: tuple(v.shape) for k, v in build_model(cfg, env, "cpu").policy.state_dict().items()}
-    finally:
-        env.close()
-    for ckpt in checkpoints:
-        try:
-            _, params, _ = load_from_zip_file(str(ckpt), device="cpu")
-            got = {k: tuple(v.shape) for k, v in params["policy"].items()}
-        except Exception as exc:  # torch and pickle raise many types for a damaged member
-            raise UsageError(f"cannot resume {str(run_dir)!r}: checkpoint {str(ckpt)!r} has unreadable weights ({type(exc).__name__}); restore it or start a new run") from None
-        if got != expected:
-            bad = next((k for k in expected if got.get(k) != expected[k]), next(iter(set(got) - set(expected)), "?"))
-            raise UsageError(f"cannot resume {str(run_dir)!r}: checkpoint {str(ckpt)!r} does not fit config.json's network (first mismatch: {bad}); restore it or start a new run")
-
-
-def _check_resumable(run_dir: Path, cfg: RunConfig) -> None:
-    """A resumed run's results and finished-task checkpoints must be readable."""
-    files = RunDir(run_dir)
-    path = files.results
-    if not path.is_file():
-        return
-    try:
-        results = Results.from_dict(json.loads(path.read_text()))
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"cannot resume {str(run_dir)!r}: corrupt {path.name} ({exc!r}); restore it or start a new run") from None
-    probe = files.probe_states
-    if probe.is_file():
-        import torch
-
-        try:
-            states = torch.load(probe, map_location="cpu", weights_only=True)
-        except Exception as exc:  # torch raises several types for a damaged file
-            raise UsageError(f"cannot resume {str(run_dir)!r}: corrupt {probe.name} ({type(exc).__name__}); delete it (it is collected again) or start a new run") from None
-        if not isinstance(states, torch.Tensor) or states.ndim != 2:
-            raise UsageError(f"cannot resume {str(run_dir)!r}: {probe.name} is not an (N, obs_dim) tensor; delete it (it is collected again)")
-    else:
-        states = None
-    checkpoints = []
-    for i in range(min(results.finished_tasks, len(cfg.tasks))):
-        ckpt = files.checkpoint(i, cfg.tasks[i])
-        if not checkpoint_ok(ckpt):
-            raise UsageError(
-                f"cannot resume {str(run_dir)!r}: checkpoint {str(ckpt)!r} of finished task {i} is missing or corrupt "
-                "(not a readable SB3 .zip); restore it or start a new run"
-            )
-        try:
-            load_regularizer_state(RunDir.regularizer_state(ckpt))
-            load_training_state(RunDir.training_state(ckpt))
-        except ValueError as exc:
-            raise UsageError(f"cannot resume {str(run_dir)!r}: {exc}; restore it or start a new run") from None
-        checkpoints.append(ckpt)
-    if checkpoints or states is not None:
-        _check_weights(run_dir, cfg, checkpoints, states)
-
-
 def _new_run_dir(cfg: RunConfig, out: str) -> Path:
     base = Path(out) / cfg.suite_name / f"{cfg.algo}-{cfg.method}-{cfg.protocol}-s{cfg.seed}-{cfg.created}"
     path, n = base, 1
@@ -205,53 +108,13 @@ def _has_finished_task(run_dir: Path) -> bool:
         return RunDir(run_dir).results.is_file()  # unreadable: keep it, resume reports it
 
 
-def _check_flags_match(args: argparse.Namespace, cfg: RunConfig) -> None:
-    """A resumed run keeps its stored settings; refuse flags that ask for different ones."""
-    stored = {"suite": cfg.suite, "algo": cfg.algo, "method": cfg.method, "protocol": cfg.protocol, "seed": cfg.seed,
-              "steps_per_task": cfg.steps_per_task, "device": cfg.device}  # fmt: skip
-    stored.update(tasks=len(cfg.tasks), experts=cfg.net.n_experts, top_k=cfg.net.top_k, vec_env=cfg.vec_env)
-    given_flags = {name: getattr(args, name) for name in (*_RUN_FLAGS, "tasks", "experts", "top_k")}
-    given_flags["vec_env"] = None if args.vec_env == "auto" else args.vec_env
-    for name, given in given_flags.items():
-        key = _RUN_FLAGS.get(name, name)
-        if given is not None and given != stored[key]:
-            flag = "--" + name.replace("_", "-")
-            raise UsageError(f"{flag} {given} conflicts with the resumed run's stored {stored[key]!r}; drop {flag} (the stored value is kept) or start a new run")
-    if args.resume is not None and args.run_dir is not None and Path(args.run_dir).resolve() != Path(args.resume).resolve():
-        raise UsageError(f"--run-dir {args.run_dir} differs from --resume {args.resume}; give one of them")
-
-
-def _with_overrides(cfg: RunConfig, overrides: list[str], source: str = "--set") -> RunConfig:
-    """``--set`` (or a ``--preset`` bundle) on a resume: the stored config with the overrides,
-    validated like a new run's.
-
-    ``net.*`` settings define the parameter shapes the checkpoints hold: one that changes the
-    stored value would make the run unloadable, so it is refused before anything is written (the
-    same command repeated to resume a run passes the stored values again, which is fine).
-    """
-    from rl_moe.continual.config import SECTIONS, apply_overrides
-    from rl_moe.continual.methods import check_regularizers, full_regularizer_settings, get_method
-    from rl_moe.continual.resolve import check_sections
-
-    regs_used = get_method(cfg.method).regularizers
-    sections = {name: getattr(cfg, name) for name in SECTIONS}
-    sections, regs = apply_overrides(sections, {k: dict(v) for k, v in cfg.regularizers.items()}, overrides, used=regs_used)
-    if sections["net"] != cfg.net:
-        changed = next((o for o in overrides if o.split("=", 1)[0].strip().startswith("net.")), "net.*")
-        what = f"--set {changed}" if source == "--set" else f"{source} (its {changed})"
-        raise UsageError(f"{what} cannot change a resumed run: net.* settings fix the shapes of its checkpoints; start a new run to change them")
-    check_sections(sections)
-    check_regularizers(regs_used, {k: regs.get(k, {}) for k in regs_used})
-    return dataclasses.replace(cfg, regularizers={**regs, **full_regularizer_settings(regs_used, regs)}, **sections)
-
-
 def prepare(args: argparse.Namespace) -> tuple[RunConfig, Path]:
     """Resolve the run (all validation) and return its config and folder; writes nothing."""
     resume_dir = args.resume
     if resume_dir is None and args.run_dir is not None and RunDir(args.run_dir).config.is_file():
         resume_dir = args.run_dir
         try:
-            _load_run(Path(resume_dir))
+            load_run(Path(resume_dir))
         except UsageError:
             if not _has_finished_task(Path(resume_dir)):
                 resume_dir = None  # killed while the folder was being created: start it again
@@ -259,14 +122,14 @@ def prepare(args: argparse.Namespace) -> tuple[RunConfig, Path]:
         run_dir = Path(resume_dir)
         if not run_dir.is_dir():
             raise UsageError(f"cannot resume {resume_dir!r}: no such run folder")
-        cfg = _load_run(run_dir)
-        _check_flags_match(args, cfg)
-        _check_resumable(run_dir, cfg)
+        cfg = load_run(run_dir)
+        check_flags_match(args, cfg)
+        check_resumable(run_dir, cfg)
         if args.preset is not None:  # applied like --set, before it, as for a new run
             bundle = OVERRIDE_PRESETS[check_choice(args.preset, tuple(OVERRIDE_PRESETS), "preset")]
-            cfg = _with_overrides(cfg, list(bundle), source=f"--preset {args.preset}")
+            cfg = with_overrides(cfg, list(bundle), source=f"--preset {args.preset}")
         if args.overrides:
-            cfg = _with_overrides(cfg, args.overrides)
+            cfg = with_overrides(cfg, args.overrides)
         if args.reference is not None:  # safe to add: it only changes forward transfer
             check_reference(args.reference)
             cfg = dataclasses.replace(cfg, reference=str(Path(args.reference).resolve()))
