@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -23,7 +24,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from torch import Tensor
 
-from rl_moe.diagnostics.actor_grad import ActorGrad, actor_grad, learner_family
+from rl_moe.diagnostics.actor_grad import actor_grad, learner_family
 from rl_moe.diagnostics.slq import PROBE_SLQ_PROBES, SlqConfig
 from rl_moe.diagnostics.groups import (
     coupling_group,
@@ -40,6 +41,7 @@ PROBE_FILE = "probe_states.pt"
 
 #: obs -> action
 Actor = Callable[[np.ndarray], np.ndarray]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -207,16 +209,16 @@ class PlasticityProbe(BaseCallback):
                 self.states = load_or_create_states(self.run_dir / PROBE_FILE, lambda: found)
         return self.states
 
-    def _family(self, name: str, fn: Callable[[], dict[str, float]]) -> dict[str, float]:
-        """``fn()``, or nothing when it fails: one metric family failing (e.g. an ``eigh`` that does
-        not converge, or SSMoE metrics with alpha = 1) must not drop the others. Warns once per family."""
+    def _family(self, name: str, fn: Callable[[], T], failed: T) -> T:
+        """``fn()``, or ``failed`` when it raises: one metric family failing (e.g. an ``eigh`` that
+        does not converge, or SSMoE metrics with alpha = 1) must not drop the others. Warns once per family."""
         try:
             return fn()
         except (RuntimeError, ValueError) as exc:
             if name not in self._failed:
                 self._failed.add(name)
                 warnings.warn(f"plasticity probe: the {name} metrics failed at step {self.num_timesteps} ({type(exc).__name__}: {exc}); they are left out when they fail (warned once)", RuntimeWarning, stacklevel=3)
-            return {}
+            return failed
 
     def compute(self) -> dict[str, float]:
         """All due metrics at the current step, as ``{tag: value}`` (updates the schedule)."""
@@ -226,33 +228,29 @@ class PlasticityProbe(BaseCallback):
             return {}
         obs = states[: cfg.n_states].to(policy.device)
         view = actor_view(policy)
-        values = self._family("plasticity", lambda: plasticity_group(view, obs))
-        values.update(self._family("routing", lambda: routing_group(view, obs, cfg.knn)))
-        grads: list[ActorGrad | None] = [None]
-
-        def grad_norm() -> dict[str, float]:
-            grads[0] = actor_grad(self.model, view, obs, cfg.n_states, self.seed)
-            return {} if grads[0] is None else {"plasticity/grad_norm": grads[0].norm}
-
-        values.update(self._family("grad_norm", grad_norm))
+        values = self._family("plasticity", lambda: plasticity_group(view, obs), {})
+        values.update(self._family("routing", lambda: routing_group(view, obs, cfg.knn), {}))
+        grad = self._family("grad_norm", lambda: actor_grad(self.model, view, obs, cfg.n_states, self.seed), None)
+        if grad is not None:
+            values["plasticity/grad_norm"] = grad.norm
         critic = critic_view(policy) if cfg.critic else None
         if critic is not None:
-            values.update(self._family("critic", lambda: {"plasticity/critic_entk_rank": entk_rank(critic, obs)}))
+            values.update(self._family("critic", lambda: {"plasticity/critic_entk_rank": entk_rank(critic, obs)}, {}))
         if cfg.online:
             online = _buffer_states(self.model, cfg.n_states, torch.Generator().manual_seed(self.seed + self.num_timesteps))
             if online is not None:
                 online = online.to(policy.device)
-                values.update(self._family("plasticity_online", lambda: plasticity_group(view, online, suffix="_online")))
-                values.update(self._family("routing_online", lambda: routing_group(view, online, cfg.knn, suffix="_online")))
+                values.update(self._family("plasticity_online", lambda: plasticity_group(view, online, suffix="_online"), {}))
+                values.update(self._family("routing_online", lambda: routing_group(view, online, cfg.knn, suffix="_online"), {}))
         if self._due("spectral", cfg.spectral_every):
-            expert_grads = grads[0].expert_grads if grads[0] is not None else None
-            values.update(self._family("spectral", lambda: spectral_group(view, obs, expert_grads)))
+            expert_grads = grad.expert_grads if grad is not None else None
+            values.update(self._family("spectral", lambda: spectral_group(view, obs, expert_grads), {}))
             self._last["spectral"] = self.num_timesteps
         if self._due("slq", cfg.slq_every):
-            values.update(self._family("slq", lambda: slq_group(view, obs, cfg.slq)))
+            values.update(self._family("slq", lambda: slq_group(view, obs, cfg.slq), {}))
             self._last["slq"] = self.num_timesteps
         if self._due("coupling", cfg.coupling_every):
-            values.update(self._family("coupling", lambda: coupling_group(view, obs)))
+            values.update(self._family("coupling", lambda: coupling_group(view, obs), {}))
             self._last["coupling"] = self.num_timesteps
         self._last["core"] = self.num_timesteps
         return values

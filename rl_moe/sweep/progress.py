@@ -91,14 +91,15 @@ class Heartbeat:
 
     def __init__(self, trials: Sequence[Trial], finished: set[Path], every: float, stream: TextIO | None = None) -> None:
         self.trials, self.finished, self.every = list(trials), finished, every
-        self.before = {t.run_dir: live_steps(t.run_dir) for t in trials}
+        self.before: dict[Path, int] = {}
         self.stream = stream if stream is not None else sys.stdout
         self.start = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def __enter__(self) -> Heartbeat:
-        if self.every > 0:
+        if self.every > 0:  # no progress lines: no event files read
+            self.before = {t.run_dir: live_steps(t.run_dir) for t in self.trials}
             self._thread.start()
         return self
 
