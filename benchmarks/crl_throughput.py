@@ -1,6 +1,6 @@
 """Env steps/s of the continual PPO pipeline vs plain SB3 PPO on one CW10 task, in one run.
 
-Compared (same envs, n_envs, n_steps, batch, epochs; CW10 protocol envs; 1 torch thread as the CLI):
+Compared (same n_envs, n_steps, batch, epochs; CW10 protocol envs):
 
 - ``moe+sphere+probe``: Top-K MoE actor (E=10, K=2, 3x256) + SPHERE + the plasticity probe, built
   exactly as ``python -m rl_moe.crl`` builds it;
@@ -8,11 +8,20 @@ Compared (same envs, n_envs, n_steps, batch, epochs; CW10 protocol envs; 1 torch
 - ``sb3 mlp``: ``stable_baselines3.PPO("MlpPolicy")`` with its default 64x64 networks;
 - ``sb3 mlp 3x256``: the same with the paper's dense width (3 x 256, ReLU).
 
-Rounds alternate between the variants and the median is reported, so machine load hits all of
-them alike. Prints steps/s and the ratios to plain SB3 PPO (target >= 0.8).
+``moe+sphere+probe`` runs once per ``--vec-env`` backend and ``--threads`` count (torch threads;
+an EnvPool pool gets the cores left, at least one); the other variants run on the official
+in-process envs with 1 thread, so ``sb3 mlp 3x256`` is the fixed anchor. Rounds alternate between
+the variants and the median is reported, so machine load hits all of them alike. Prints steps/s,
+the ratios to SB3 PPO, and each backend/thread setting against today's default (official envs,
+1 thread).
 
-    python benchmarks/crl_throughput.py [--task hammer-v3] [--n-envs 8] [--n-steps 256] [--updates 2] [--rounds 3]
-        [--device cuda] [--vec-env subproc]
+    python benchmarks/crl_throughput.py [--task faucet-close-v3] [--n-envs 8] [--n-steps 256] [--updates 2]
+        [--rounds 3] [--device cuda] [--vec-env dummy envpool] [--threads 1 2] [--all-tasks]
+
+``--all-tasks`` times only the ``moe+sphere+probe`` variants on every CW10 task (same steps each,
+tasks in order, variants alternating within a task) and prints each variant's total time over the
+ten tasks against official envs at 1 thread: the speed-up of a whole CW10 run, tasks that a
+backend keeps on the official envs included.
 
 ``--device`` moves the rl_moe variants (SB3's stay on the CPU, where SB3 runs MLP policies best);
 ``benchmarks/gpu_throughput.py`` is the fuller GPU benchmark.
@@ -21,6 +30,7 @@ them alike. Prints steps/s and the ratios to plain SB3 PPO (target >= 0.8).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -31,9 +41,10 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 
 from rl_moe.continual.agents import begin_task, build_model
-from rl_moe.continual.envs import make_vec_env, task_factories
+from rl_moe.continual.envs import make_vec_env, set_pool_threads, task_factories
 from rl_moe.continual.probe_states import collect_probe_states, make_probe_callback, probe_factories
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
+from rl_moe.continual.threads import split_threads
 
 
 def _measure(make: Callable[[], tuple[BaseAlgorithm, BaseCallback | None]], steps: int) -> float:
@@ -47,7 +58,7 @@ def _measure(make: Callable[[], tuple[BaseAlgorithm, BaseCallback | None]], step
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--task", default="hammer-v3")
+    p.add_argument("--task", default="faucet-close-v3", help="CW10 task (hammer runs on the official envs under envpool)")
     p.add_argument("--n-envs", type=int, default=8)
     p.add_argument("--n-steps", type=int, default=256)
     p.add_argument("--batch", type=int, default=256)
@@ -55,24 +66,31 @@ def main() -> None:
     p.add_argument("--updates", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--device", default="cpu", help="device of the rl_moe variants")
-    p.add_argument("--vec-env", default="dummy", choices=["dummy", "subproc"])
+    p.add_argument("--vec-env", nargs="+", default=["dummy"], choices=["dummy", "subproc", "envpool"])
+    p.add_argument("--threads", nargs="+", type=int, default=[1], help="torch threads of the moe+sphere+probe variants")
+    p.add_argument("--extra", action="store_true", help="also time moe+sphere and moe (official envs, 1 thread)")
+    p.add_argument("--all-tasks", action="store_true", help="every CW10 task, moe+sphere+probe variants only")
     args = p.parse_args()
-    torch.set_num_threads(1)
+    cores = len(os.sched_getaffinity(0))
 
     overrides = (f"ppo.n_envs={args.n_envs}", f"ppo.n_steps={args.n_steps}", f"ppo.batch_size={args.batch}", f"ppo.n_epochs={args.epochs}")
-    cfgs = {m: resolve(RunRequest(suite="cw10", method=m, tasks=1, device=args.device, vec_env=args.vec_env, overrides=overrides)) for m in ("sphere", "topk")}
+    cfgs = {m: resolve(RunRequest(suite="cw10", method=m, tasks=1, device=args.device, vec_env="dummy", overrides=overrides)) for m in ("sphere", "topk")}
     suite = suite_of(cfgs["sphere"])
-    task = next(t for t in suite.tasks if t.name == args.task)
+    tasks = list(suite.tasks) if args.all_tasks else [next(t for t in suite.tasks if t.name == args.task)]
+    task = tasks[0]
     steps = args.n_envs * args.n_steps * args.updates
     pcfg = cfgs["sphere"].probe
     probe = collect_probe_states(probe_factories(suite, 99), pcfg.n_states, stride=pcfg.stride, policy=pcfg.policy, noise=pcfg.noise)
 
-    def env():
-        return make_vec_env(task_factories(suite, task, args.n_envs, 0), args.vec_env)
+    def env(vec_env: str = "dummy"):
+        return make_vec_env(task_factories(suite, task, args.n_envs, 0), vec_env)
 
-    def ours(method: str, with_probe: bool) -> Callable[[], tuple[BaseAlgorithm, BaseCallback | None]]:
+    def ours(method: str, with_probe: bool, vec_env: str = "dummy", threads: int = 1) -> Callable[[], tuple[BaseAlgorithm, BaseCallback | None]]:
         def make() -> tuple[BaseAlgorithm, BaseCallback | None]:
-            model = build_model(cfgs[method], env(), args.device)
+            torch_threads, pool = split_threads(threads, vec_env, args.n_envs, cores)
+            torch.set_num_threads(torch_threads)
+            set_pool_threads(pool)
+            model = build_model(cfgs[method], env(vec_env), args.device)
             begin_task(model, cfgs[method], 0, 0)
             # Worst case: a probe after every update (the CLI probes every steps_per_task/10 steps).
             return model, make_probe_callback(probe, args.n_envs * args.n_steps) if with_probe else None
@@ -81,6 +99,7 @@ def main() -> None:
 
     def sb3(net_arch: list[int] | None) -> Callable[[], tuple[BaseAlgorithm, BaseCallback | None]]:
         def make() -> tuple[BaseAlgorithm, BaseCallback | None]:
+            torch.set_num_threads(1)
             kw = {} if net_arch is None else {"policy_kwargs": {"net_arch": net_arch, "activation_fn": torch.nn.ReLU}}
             ppo = PPO("MlpPolicy", env(), n_steps=args.n_steps, batch_size=args.batch, n_epochs=args.epochs,
                       learning_rate=3e-4, ent_coef=0.0, device="cpu", seed=0, verbose=0, **kw)  # fmt: skip
@@ -88,18 +107,45 @@ def main() -> None:
 
         return make
 
-    variants = {"moe+sphere+probe": ours("sphere", True), "moe+sphere": ours("sphere", False), "moe": ours("topk", False), "sb3 mlp": sb3(None), "sb3 mlp 3x256": sb3([256, 256, 256])}
+    if args.all_tasks:
+        ours_only = {f"moe+sphere+probe {v} t{t}": (v, t) for v in args.vec_env for t in args.threads}
+        seconds: dict[str, float] = dict.fromkeys(ours_only, 0.0)
+        for task in tasks:
+            task_rates: dict[str, list[float]] = {k: [] for k in ours_only}
+            for _ in range(args.rounds):
+                for name, (v, t) in ours_only.items():
+                    task_rates[name].append(_measure(ours("sphere", True, v, t), steps))
+            row = []
+            for name, samples in task_rates.items():
+                rate = statistics.median(samples)
+                seconds[name] += steps / rate
+                row.append(f"{name.split(' ', 1)[1]} {rate:5.0f}")
+            print(f"  {task.name:<22} " + "   ".join(row) + " env steps/s", flush=True)
+        base = seconds.get("moe+sphere+probe dummy t1")
+        for name, total in seconds.items():
+            print(f"{name:<30} CW10 total {total:7.1f} s" + ("" if base is None else f"   speed-up vs official t1 = {base / total:.2f}x"))
+        return
+
+    variants: dict[str, Callable[[], tuple[BaseAlgorithm, BaseCallback | None]]] = {}
+    for vec_env in args.vec_env:
+        for threads in args.threads:
+            variants[f"moe+sphere+probe {vec_env} t{threads}"] = ours("sphere", True, vec_env, threads)
+    if args.extra:
+        variants.update({"moe+sphere": ours("sphere", False), "moe": ours("topk", False)})
+    variants.update({"sb3 mlp": sb3(None), "sb3 mlp 3x256": sb3([256, 256, 256])})
     rates: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(args.rounds):
         for name, make in variants.items():
             rates[name].append(_measure(make, steps))
     med = {k: statistics.median(v) for k, v in rates.items()}
     print(f"CW10 {args.task}: {args.n_envs} envs x {args.n_steps} steps, batch {args.batch}, {args.epochs} epochs, "
-          f"{args.updates} updates/round, median of {args.rounds} rounds")  # fmt: skip
+          f"{args.updates} updates/round, median of {args.rounds} rounds, {cores} cores")  # fmt: skip
     for name, rate in med.items():
-        print(f"  {name:<18} {rate:8.0f} env steps/s")
-    print(f"ratio moe+sphere+probe / sb3 mlp       = {med['moe+sphere+probe'] / med['sb3 mlp']:.2f}x (target >= 0.8)")
-    print(f"ratio moe+sphere+probe / sb3 mlp 3x256 = {med['moe+sphere+probe'] / med['sb3 mlp 3x256']:.2f}x")
+        print(f"  {name:<30} {rate:8.0f} env steps/s")
+    today = med.get("moe+sphere+probe dummy t1")
+    for name in (k for k in med if k.startswith("moe+sphere+probe")):
+        vs_today = "" if today is None else f"   vs official t1 = {med[name] / today:.2f}x"
+        print(f"{name:<30} / sb3 mlp 3x256 = {med[name] / med['sb3 mlp 3x256']:.2f}x   / sb3 mlp = {med[name] / med['sb3 mlp']:.2f}x{vs_today}")
 
 
 if __name__ == "__main__":

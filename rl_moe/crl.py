@@ -50,6 +50,8 @@ from rl_moe.continual.resume import check_flags_match, check_resumable, load_run
 from rl_moe.rundir import RunDir, check_writable_folder  # noqa: E402
 from rl_moe.runlock import RunLock, RunLocked  # noqa: E402
 from rl_moe.continual.suites import builtin_suites  # noqa: E402
+from rl_moe.continual.envs import set_pool_threads  # noqa: E402
+from rl_moe.continual.threads import parse_threads, split_threads  # noqa: E402
 
 EXIT_DIVERGED = 3
 EXIT_STORAGE = 4
@@ -68,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps-per-task", type=int, default=None, help="env steps per task (default: the suite's budget)")
     p.add_argument("--tasks", type=int, default=None, help="train only the first N tasks of the suite")
     p.add_argument("--device", default=None, help=f"torch device: {', '.join(DEVICES)}")
-    p.add_argument("--vec-env", default="auto", help="auto (in-process on <= 2 cores), dummy or subproc")
+    p.add_argument("--vec-env", default="auto", help="auto (envpool on MetaWorld if installed, else in-process on <= 2 cores), dummy, subproc or envpool")
     p.add_argument("--experts", type=int, default=None, help="number of experts E (default 10)")
     p.add_argument("--top-k", type=int, default=None, help="active experts K <= E (default 2)")
     p.add_argument("--out", default="runs", help="runs root folder (default: runs)")
@@ -81,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a config field: net.hidden=32,32  ppo.n_steps=64  eval.n_episodes=2  reg.sphere.rho=0.01 "
         "(also on --resume: the run continues with the changed setting)",
     )  # fmt: skip
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: small nets run fastest single-threaded)")
+    p.add_argument("--threads", default="auto", help="torch CPU threads, or auto (default: 1 on 2 cores; EnvPool gets the rest)")
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     p.add_argument("--list", action="store_true", help="list suites and methods, then exit")
     return p
@@ -182,8 +184,10 @@ def main(argv: list[str] | None = None) -> int:
         ignored = f" (ignored: {', '.join('--set ' + o for o in args.overrides)})" if args.overrides else ""
         print(f"run {run_dir} is already complete; nothing to do{ignored}")
         return 0
-    if args.threads < 1:
-        sys.stderr.write(f"error: --threads must be >= 1, got {args.threads}\n")
+    try:
+        threads = split_threads(parse_threads(args.threads), cfg.vec_env, getattr(cfg, cfg.algo).n_envs)
+    except UsageError as exc:
+        sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE
     try:
         named = next((flag, value) for flag, value in (("--resume", args.resume), ("--run-dir", args.run_dir), ("--out", args.out)) if value is not None)
@@ -193,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     import torch
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(threads[0])
+    set_pool_threads(threads[1])
 
     run_dir.mkdir(parents=True, exist_ok=True)
     try:  # before anything is written: a second writer would mix its files into the first's

@@ -140,7 +140,7 @@ def reevaluate(run_dir: Path, cfg: Any, results: dict[str, Any], router: str, al
             norm = sched._load_vecnormalize(i)
             for j, cell in enumerate(original[i]):
                 if cell is not None:
-                    matrix[i][j] = evaluate(model, sched.eval_factories(j), episodes, None if norm is None else norm.obs_rms).success
+                    matrix[i][j] = evaluate(model, sched.eval_factories(j), episodes, None if norm is None else norm.obs_rms, cfg.vec_env).success
     finally:
         env.close()
     return matrix

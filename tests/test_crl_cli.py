@@ -238,7 +238,7 @@ BAD_INPUTS = [
     (["--reference", "/nonexistent/run"], "not a run folder"),
     (["--resume", "/nonexistent/run"], "no such run folder"),
     (["--seed", "x"], "invalid int value"),
-    (["--threads", "0"], "must be >= 1"),
+    (["--threads", "0"], "--threads must be a positive integer or auto, got '0'"),
     (["--set", "reg.sphere.rho=abc"], "expected a finite float"),
     (["--set", "reg.sphere.rho=NaN"], "expected a finite float"),
     (["--set", "reg.nosuchreg.x=1"], "unknown regularizer 'nosuchreg'"),

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from rl_moe.continual.envpool_env import envpool_installed
+
 from rl_moe import sweep
 from rl_moe.sweep import (
     Outcome, RayOptions, SweepConfig, SweepError, Trial, grid, is_complete, local_slots, main, run_sweep, trial_command,
@@ -107,17 +109,22 @@ def test_grid_folders_and_command(tmp_path: Path) -> None:
     assert cmd[3:] == [
         "--suite", "smoke", "--method", "topk", "--algo", "ppo", "--protocol", "rl", "--seed", "1",
         "--run-dir", str(tmp_path / "smoke" / "ppo-topk-rl-s1"), "--no-progress", "--vec-env", "dummy",
-        "--steps-per-task", "100",
+        "--threads", "1", "--steps-per-task", "100",
     ]  # fmt: skip
-    # Env workers for the CPUs a trial reserves, unless the user chose.
-    assert cmd_vec_env(replace(cfg, cpus_per_trial=4)) == "subproc"
-    assert cmd_vec_env(replace(cfg, crl_args=("--vec-env", "subproc"))) == "subproc"
+    # Env workers and threads for the CPUs a trial reserves, unless the user chose.
+    assert cmd_flag(replace(cfg, cpus_per_trial=4), "--vec-env") == "subproc"
+    assert cmd_flag(replace(cfg, cpus_per_trial=4), "--threads") == "4"
+    assert cmd_flag(replace(cfg, crl_args=("--vec-env", "subproc")), "--vec-env") == "subproc"
+    assert cmd_flag(replace(cfg, crl_args=("--threads", "2")), "--threads") == "2"
+    # MetaWorld trials step on EnvPool where it is installed.
+    cw10 = replace(cfg, suites=("cw10",))
+    assert cmd_flag(cw10, "--vec-env") == ("envpool" if envpool_installed() else "dummy")
 
 
-def cmd_vec_env(cfg: SweepConfig) -> str:
+def cmd_flag(cfg: SweepConfig, flag: str) -> str:
     cmd = trial_command(grid(cfg)[0], cfg)
-    assert cmd.count("--vec-env") == 1
-    return cmd[cmd.index("--vec-env") + 1]
+    assert cmd.count(flag) == 1
+    return cmd[cmd.index(flag) + 1]
 
 
 def test_parse_passthrough_after_double_dash() -> None:

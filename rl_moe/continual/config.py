@@ -80,7 +80,8 @@ class RunConfig:
     :param seed: run seed
     :param steps_per_task: env steps per task
     :param device: ``cpu``, ``cuda`` or ``auto``
-    :param vec_env: resolved vectorized-env type (``dummy`` or ``subproc``)
+    :param vec_env: resolved vectorized-env backend (``dummy``, ``subproc`` or ``envpool``); training
+        and evaluation use it, and a resume may not change it
     :param net: network settings
     :param ppo: PPO settings (resolved preset + overrides)
     :param td3: TD3 settings (resolved preset + overrides)

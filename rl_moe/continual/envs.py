@@ -9,6 +9,7 @@ SB3's ``Monitor``.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -21,8 +22,23 @@ from rl_moe.continual.families import FAMILIES
 from rl_moe.continual.suites import Suite, TaskSpec
 from rl_moe.continual.wrappers import InfoSuccess, ReturnSuccess
 
-#: ``--vec-env`` choices; ``auto`` picks by core count.
-VEC_ENV_TYPES: tuple[str, ...] = ("auto", "dummy", "subproc")
+#: ``--vec-env`` choices; ``auto`` picks EnvPool where the family has it and it is installed,
+#: else by core count.
+VEC_ENV_TYPES: tuple[str, ...] = ("auto", "dummy", "subproc", "envpool")
+
+#: Worker threads of a native pool (``--vec-env envpool``); set once per process by the CLI, like
+#: torch's thread count, from ``--threads`` (see :func:`rl_moe.continual.threads.resolve_threads`).
+_POOL_THREADS = [1]
+
+
+def set_pool_threads(n: int) -> None:
+    """Worker threads for the native pools this process builds from now on."""
+    _POOL_THREADS[0] = max(1, int(n))
+
+
+def pool_threads() -> int:
+    """Worker threads of the native pools this process builds."""
+    return _POOL_THREADS[0]
 
 
 @dataclass(frozen=True)
@@ -63,22 +79,62 @@ def task_factories(suite: Suite, task: TaskSpec, n_envs: int, seed: int) -> list
     return [EnvFactory(suite.family, task, suite.episode_length, suite.success_type, seed + i) for i in range(n_envs)]
 
 
-def resolve_vec_env_type(vec_env: str, n_envs: int, cpu_count: int | None = None) -> str:
-    """``dummy`` or ``subproc``: ``auto`` picks in-process envs on <= 2 cores.
+_FELL_BACK: set[str] = set()
 
-    On 2 cores a DummyVecEnv of 8 MetaWorld envs ran ~2,000 steps/s against ~1,270 for
-    SubprocVecEnv (measured on the 2-core development machine), so worker processes only pay off with more cores.
+
+def _note_fallback(task: str) -> None:
+    from rl_moe.continual.envpool_env import ENVPOOL_MISMATCHED
+
+    if task not in _FELL_BACK:
+        _FELL_BACK.add(task)
+        why = ENVPOOL_MISMATCHED.get(task, "it has not been checked against the official env (rl_moe.continual.backend_check)")
+        sys.stderr.write(f"note: {task} runs on the official in-process envs, not EnvPool: {why}\n")
+
+
+def resolve_vec_env_type(vec_env: str, n_envs: int, cpu_count: int | None = None, family: str | None = None) -> str:
+    """``dummy``, ``subproc`` or ``envpool`` for a run of the suite family ``family``.
+
+    ``auto`` picks EnvPool for a family with a native pool when the package is installed: on
+    MetaWorld it stepped the CW10 tasks 2-5x faster than the official envs on one thread
+    (benchmarks/README.md, "Env backends"). Otherwise it picks in-process envs on <= 2 cores: on 2
+    cores a DummyVecEnv of 8 MetaWorld envs ran ~2,000 steps/s against ~1,270 for SubprocVecEnv
+    (measured on the 2-core development machine), so worker processes only pay off with more cores.
     """
+    from rl_moe.continual.envpool_env import check_envpool, envpool_installed
+
     if vec_env not in VEC_ENV_TYPES:
         raise UsageError(f"unknown vec env type {vec_env!r}; valid choices: {', '.join(VEC_ENV_TYPES)}")
+    native = family is not None and FAMILIES[family].pool is not None
+    if vec_env == "envpool":
+        if family is not None and not native:
+            with_pool = ", ".join(k for k, f in FAMILIES.items() if f.pool is not None)
+            raise UsageError(f"--vec-env envpool has no {family!r} envs; it serves suites of: {with_pool}")
+        check_envpool()
+        return vec_env
     if vec_env != "auto":
         return vec_env
+    if native and envpool_installed():
+        return "envpool"
     cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
     return "dummy" if cores <= 2 or n_envs == 1 else "subproc"
 
 
 def make_vec_env(factories: list[EnvFactory], vec_type: str) -> VecEnv:
-    """A DummyVecEnv or SubprocVecEnv over ``factories`` (``vec_type`` already resolved)."""
+    """The vectorized env of ``factories`` (``vec_type`` already resolved): a DummyVecEnv, a
+    SubprocVecEnv, or the family's native pool with the factories' task, seeds and episode length.
+
+    A task the native pool does not serve faithfully runs on in-process envs (said once per task).
+    """
+    if vec_type == "envpool":
+        first = factories[0]
+        pool = FAMILIES[first.family].pool
+        if pool is None:
+            raise UsageError(f"--vec-env envpool has no {first.family!r} envs")
+        env = pool(first.task, [f.seed for f in factories], first.episode_length, pool_threads())
+        if env is not None:
+            return env
+        _note_fallback(first.task.name)
+        vec_type = "dummy"
     if vec_type == "subproc" and len(factories) > 1:
         return SubprocVecEnv(list(factories))
     return DummyVecEnv(list(factories))

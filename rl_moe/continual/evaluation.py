@@ -18,7 +18,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
 
-from rl_moe.continual.envs import EnvFactory
+from rl_moe.continual.envs import EnvFactory, make_vec_env
 from rl_moe.tblog import dump_keys
 
 
@@ -39,23 +39,26 @@ class EvalEnvs:
     """The evaluation envs of one task, built on first use and reseeded before every evaluation.
 
     Reseeding returns each env to the state its factory built it in, so every evaluation scores
-    the same goals as a freshly built env would, without building (and leaking) new ones.
+    the same goals as a freshly built env would, without building (and leaking) new ones. A native
+    pool (``envpool``) cannot be reseeded and is built afresh instead (about half a second).
 
     :param factories: eval env factories (fixed seeds)
+    :param vec_type: the run's backend; ``dummy`` and ``subproc`` evaluate in-process
     """
 
-    def __init__(self, factories: list[EnvFactory]) -> None:
+    def __init__(self, factories: list[EnvFactory], vec_type: str = "dummy") -> None:
         self.factories = list(factories)
-        self._venv: DummyVecEnv | None = None
+        self.vec_type = "envpool" if vec_type == "envpool" else "dummy"
+        self._venv: VecEnv | None = None
 
-    def get(self, k: int) -> DummyVecEnv:
-        """The first ``k`` envs as a DummyVecEnv, reseeded."""
-        if self._venv is None or self._venv.num_envs != k:
-            self.close()
-            self._venv = DummyVecEnv(list(self.factories[:k]))
-        else:
+    def get(self, k: int) -> VecEnv:
+        """The first ``k`` envs, each in the state its factory builds."""
+        if isinstance(self._venv, DummyVecEnv) and self._venv.num_envs == k:
             for factory, env in zip(self.factories, self._venv.envs):
                 factory.reseed(env)
+            return self._venv
+        self.close()
+        self._venv = make_vec_env(self.factories[:k], self.vec_type)
         return self._venv
 
     def close(self) -> None:
@@ -78,7 +81,8 @@ def release_memory() -> None:
 
 
 def evaluate(
-    model: BaseAlgorithm, envs: EvalEnvs | list[EnvFactory], n_episodes: int, obs_rms: RunningMeanStd | None = None
+    model: BaseAlgorithm, envs: EvalEnvs | list[EnvFactory], n_episodes: int, obs_rms: RunningMeanStd | None = None,
+    vec_type: str = "dummy",
 ) -> EvalResult:
     """Run ``n_episodes`` deterministic episodes split evenly over the eval envs.
 
@@ -89,9 +93,10 @@ def evaluate(
     :param envs: the task's reusable :class:`EvalEnvs`, or factories (envs built and closed here)
     :param n_episodes: total episodes
     :param obs_rms: observation statistics of a ``VecNormalize`` training env, or None
+    :param vec_type: the run's env backend, used when ``envs`` are factories
     """
     owned = not isinstance(envs, EvalEnvs)
-    pool = EvalEnvs(envs) if not isinstance(envs, EvalEnvs) else envs
+    pool = EvalEnvs(envs, vec_type) if not isinstance(envs, EvalEnvs) else envs
     k = max(1, min(len(pool.factories), n_episodes))
     venv: VecEnv = pool.get(k)
     if obs_rms is not None:

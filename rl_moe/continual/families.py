@@ -52,6 +52,9 @@ class EnvFamily:
         the family's package is missing
     :param expert: ``task name -> scripted policy`` for ``probe.policy=expert``, raising
         ValueError for a task without one; None where the family has no experts
+    :param pool: ``(task, seeds, episode_length, threads) -> VecEnv | None``, a native vectorized
+        backend (``--vec-env envpool``) with the same protocol as the factories, returning None for
+        a task it does not serve faithfully; None where the family has no native backend
     """
 
     name: str
@@ -60,6 +63,7 @@ class EnvFamily:
     check_tasks: Callable[[Suite], None] = _nothing_to_check
     check_available: Callable[[], None] = _always_available
     expert: Callable[[str], Expert] | None = None
+    pool: Callable[[TaskSpec, list[int], int, int], Any] | None = None
 
 
 # ---- MetaWorld ---------------------------------------------------------------------------------
@@ -116,6 +120,14 @@ def metaworld_expert(task: str) -> Expert:
     return cls()
 
 
+def _metaworld_pool(task: TaskSpec, seeds: list[int], episode_length: int, threads: int) -> Any:
+    from rl_moe.continual.envpool_env import ENVPOOL_VERIFIED, EnvPoolMetaWorld, official_observation_space
+
+    if task.name not in ENVPOOL_VERIFIED:  # unchecked or failed: the official env serves it
+        return None
+    return EnvPoolMetaWorld(task.name, seeds, episode_length, threads, official_observation_space())
+
+
 # ---- HumanoidBench -----------------------------------------------------------------------------
 def _make_humanoidbench(task: TaskSpec, seed: int) -> gym.Env:
     from rl_moe.continual.humanoidbench import make_h1
@@ -155,7 +167,7 @@ def _check_smoke_tasks(suite: Suite) -> None:
 FAMILIES: dict[str, EnvFamily] = {
     "metaworld": EnvFamily(
         name="metaworld", make=_make_metaworld, reseed=_reseed_metaworld, check_tasks=_check_metaworld_tasks,
-        check_available=_check_metaworld_available, expert=metaworld_expert,
+        check_available=_check_metaworld_available, expert=metaworld_expert, pool=_metaworld_pool,
     ),
     "humanoidbench": EnvFamily(
         name="humanoidbench", make=_make_humanoidbench, check_available=_check_humanoidbench_available,

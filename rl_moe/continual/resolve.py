@@ -168,7 +168,7 @@ def resolve(req: RunRequest) -> RunConfig:
         seed=req.seed,
         steps_per_task=steps,
         device=req.device,
-        vec_env=resolve_vec_env_type(req.vec_env, n_envs),
+        vec_env=resolve_vec_env_type(req.vec_env, n_envs, family=suite.family),
         regularizers={k: v for k, v in regs.items()},
         reference=None if req.reference is None else str(Path(req.reference).resolve()),
         created=time.strftime("%Y%m%d-%H%M%S", time.gmtime()),

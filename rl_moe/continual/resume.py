@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_moe.continual.config import RunConfig
-from rl_moe.continual.errors import UsageError, check_choice
+from rl_moe.continual.errors import MissingDependencyError, UsageError, check_choice
 from rl_moe.continual.learners import get_learner
 from rl_moe.continual.methods import get_method
 from rl_moe.continual.resolve import PROTOCOLS, suite_of
@@ -78,7 +78,13 @@ def _check_weights(run_dir: Path, cfg: RunConfig, checkpoints: list[Path], probe
 
 
 def check_resumable(run_dir: Path, cfg: RunConfig) -> None:
-    """A resumed run's results and finished-task checkpoints must be readable."""
+    """A resumed run's results and finished-task checkpoints must be readable, and its env
+    backend installed (a resume may not change the backend: the tasks left would differ)."""
+    if cfg.vec_env == "envpool":
+        from rl_moe.continual.envpool_env import INSTALL_HINT, envpool_installed
+
+        if not envpool_installed():
+            raise MissingDependencyError(f"cannot resume {str(run_dir)!r}: it steps its envs with envpool, which is not installed; install it with: {INSTALL_HINT}")
     files = RunDir(run_dir)
     path = files.results
     if not path.is_file():

@@ -131,11 +131,11 @@ class ContinualScheduler:
         every task's envs would cost ~18 MB per MetaWorld env."""
         assert self.model is not None
         if not reuse:
-            return evaluate(self.model, self.eval_factories(j), n_episodes, self._obs_rms())
+            return evaluate(self.model, self.eval_factories(j), n_episodes, self._obs_rms(), self.cfg.vec_env)
         for k in [k for k in self._eval_envs if k != j]:
             self._eval_envs.pop(k).close()
         if j not in self._eval_envs:
-            self._eval_envs[j] = EvalEnvs(self.eval_factories(j))
+            self._eval_envs[j] = EvalEnvs(self.eval_factories(j), self.cfg.vec_env)
         return evaluate(self.model, self._eval_envs[j], n_episodes, self._obs_rms())
 
     # ---- main loop ---------------------------------------------------------------------------

@@ -13,6 +13,8 @@ from itertools import product
 from pathlib import Path
 
 from rl_moe.continual.envs import resolve_vec_env_type
+from rl_moe.continual.errors import UsageError
+from rl_moe.continual.suites import load_suite
 from rl_moe.rundir import RunDir
 
 
@@ -105,19 +107,29 @@ def grid(cfg: SweepConfig) -> list[Trial]:
     ]
 
 
+def suite_family(suite: str) -> str | None:
+    """The env family of a suite name or file; None if it does not load (the trial then reports
+    the suite's own error)."""
+    try:
+        return load_suite(suite).family
+    except UsageError:
+        return None
+
+
 def trial_command(trial: Trial, cfg: SweepConfig) -> list[str]:
     """The ``python -m rl_moe.crl`` command line of a trial.
 
-    Unless the extra arguments name one, the trial's ``--vec-env`` is chosen for the CPUs it
-    reserves, not for the whole machine: eight trials side by side must not each start a worker
-    process per env.
+    Unless the extra arguments name them, the trial's ``--vec-env`` and ``--threads`` are chosen
+    for the CPUs it reserves, not for the whole machine: eight trials side by side must not each
+    start a worker process per env or a thread per core.
     """
-    vec_env = [] if "--vec-env" in cfg.crl_args else ["--vec-env", resolve_vec_env_type("auto", 2, int(cfg.cpus_per_trial))]
+    vec_env = [] if "--vec-env" in cfg.crl_args else ["--vec-env", resolve_vec_env_type("auto", 2, int(cfg.cpus_per_trial), suite_family(trial.suite))]
+    threads = [] if "--threads" in cfg.crl_args else ["--threads", str(max(1, int(cfg.cpus_per_trial)))]
     return [
         sys.executable, "-m", "rl_moe.crl",
         "--suite", trial.suite, "--method", trial.method, "--algo", trial.algo,
         "--protocol", trial.protocol, "--seed", str(trial.seed),
-        "--run-dir", str(trial.run_dir), "--no-progress", *vec_env, *cfg.crl_args,
+        "--run-dir", str(trial.run_dir), "--no-progress", *vec_env, *threads, *cfg.crl_args,
     ]  # fmt: skip
 
 
