@@ -11,8 +11,8 @@ run that may use N cores gives both N threads and never has more than N threads 
   env); with the official envs, which step in Python's own thread, torch gets 1.
 
 Measured on the 2-core machine (benchmarks/README.md, "Env backends and threads"): with EnvPool,
-two torch threads and two pool workers ran a CW10 PPO run 1.39x as fast as today's default
-(official envs, 1 thread); one and one, 1.10x.
+two torch threads and two pool workers ran a whole CW10 PPO run 1.34x as fast as today's default
+(official envs, 1 thread); one and one, 1.19x.
 """
 
 from __future__ import annotations
