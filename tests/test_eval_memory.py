@@ -68,3 +68,35 @@ def test_smoke_eval_envs_reseed_to_their_factory_state() -> None:
     envs = EvalEnvs(factories)
     runs = [evaluate(policy, envs, 2) for _ in range(3)]  # type: ignore[arg-type]
     assert runs[0] == runs[1] == runs[2] == evaluate(policy, factories, 2)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs /proc")
+def test_rss_levels_off_over_ten_cw10_tasks(tmp_path: Path) -> None:
+    """Every task builds its train and eval envs and closes them: from task 2 on, RSS stays
+    within 50 MB of task 2's level over the ten CW10 tasks (it rose ~120 MB over the first five
+    before the eval envs were reused and the heap trimmed after each task)."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from rl_moe.continual.resolve import RunRequest, resolve
+    from rl_moe.continual.scheduler import ContinualScheduler
+
+    class TaskStartRss(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mb: list[float] = []
+
+        def _on_training_start(self) -> None:
+            self.mb.append(_rss_mb())
+
+        def _on_step(self) -> bool:
+            return True
+
+    cfg = resolve(RunRequest(suite="cw10", method="topk", tasks=10, steps_per_task=256, preset="tiny", vec_env="dummy",
+                             overrides=("eval.n_episodes=2", "eval.matrix_episodes=1")))  # fmt: skip
+    rss = TaskStartRss()
+    (tmp_path / "run").mkdir()
+    ContinualScheduler(cfg, tmp_path / "run", progress=False, callbacks=[rss]).run()
+    assert len(rss.mb) == 10
+    growth = max(rss.mb[1:]) - rss.mb[1]
+    assert growth < 50.0, f"RSS at task starts (MB): {[round(m) for m in rss.mb]}"
