@@ -233,8 +233,16 @@ def _train(args: argparse.Namespace, cfg: RunConfig, run_dir: Path, finished: in
     note = _rollout_note(cfg)
     if note:
         print(note, flush=True)
+    tb_before = set(RunDir(run_dir).tb.glob("events.*"))
+    loaded: list[bool] = []
+
+    def ready() -> None:
+        loaded.append(True)
+        if on_ready is not None:
+            on_ready()
+
     try:
-        results = ContinualScheduler(cfg, run_dir, progress=not args.no_progress, on_model_ready=on_ready).run()
+        results = ContinualScheduler(cfg, run_dir, progress=not args.no_progress, on_model_ready=ready).run()
     except KeyboardInterrupt:
         sys.stderr.write(f"\ninterrupted; finished tasks are saved. Resume with: {resume_cmd}\n")
         return EXIT_INTERRUPTED
@@ -248,6 +256,16 @@ def _train(args: argparse.Namespace, cfg: RunConfig, run_dir: Path, finished: in
         where = f" writing {exc.filename}" if exc.filename else ""
         sys.stderr.write(f"\nerror: {exc.strerror}{where}; the {kept} finished task(s) and their checkpoints are kept (every file is replaced atomically); fix the disk and resume with {resume_cmd}\n")
         return EXIT_STORAGE
+    except Exception as exc:
+        if on_ready is None or loaded:
+            raise
+        # A changed setting passed validation but the stored run does not load with it: nothing
+        # of this attempt stays (config.json is only rewritten once the learner has loaded).
+        for events in set(RunDir(run_dir).tb.glob("events.*")) - tb_before:
+            events.unlink(missing_ok=True)
+        detail = (str(exc).strip().splitlines() or [""])[0][:200]
+        sys.stderr.write(f"error: the run does not load with the changed settings ({type(exc).__name__}: {detail}); config.json is unchanged: resume without them or start a new run\n")
+        return EXIT_USAGE
     print(_summary(results.to_dict()))
     print(f"results: {results_path}")
     return 0
