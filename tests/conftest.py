@@ -52,3 +52,14 @@ def stop_before_task():
     """``stop_before_task(argv, i)``: run ``rl_moe.crl`` with a Ctrl-C at the start of task ``i``
     (a resumable partial run); returns its exit code (130)."""
     return _stop_before_task
+
+
+@pytest.fixture(autouse=True)
+def _one_thread_per_test():
+    """``rl_moe.crl.main`` sets process-wide thread counts (``--threads auto`` gives torch 2 with
+    EnvPool); put them back so that no test runs with what an earlier one chose."""
+    yield
+    from rl_moe.continual.envs import set_pool_threads
+
+    torch.set_num_threads(1)
+    set_pool_threads(1)

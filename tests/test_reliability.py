@@ -350,18 +350,25 @@ def test_episode_statistics_continue_across_a_resume(tmp_path: Path, stop_before
     assert a["rollout/ep_rew_mean"] == b["rollout/ep_rew_mean"]
 
 
-def test_resume_rewrites_config_only_once_the_learner_loads_with_the_new_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop_before_task) -> None:
+def test_resume_rewrites_config_only_once_the_learner_loads_with_the_new_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, stop_before_task) -> None:
+    """A --set that passes validation but with which the stored run does not load: one line,
+    exit 2, every file as it was (config.json, TensorBoard), and the run still resumes."""
     run = tmp_path / "run"
     assert stop_before_task([*TINY, "--method", "topk", "--run-dir", str(run)], 1) == 130
     stored = (run / "config.json").read_text()
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
 
     def broken_load(self, i):  # type: ignore[no-untyped-def]
-        raise RuntimeError("the checkpoint does not load with these settings")
+        raise RuntimeError("Error(s) in loading state_dict for MoEActorCriticPolicy:\n\tsize mismatch for ...")
 
     with monkeypatch.context() as m:
         m.setattr(sched_mod.ContinualScheduler, "_load_finished", broken_load)
-        with pytest.raises(RuntimeError, match="does not load"):
-            main(["--resume", str(run), "--no-progress", "--set", "ppo.lr_start=1e-4"])
+        capsys.readouterr()
+        assert main(["--resume", str(run), "--no-progress", "--set", "ppo.lr_start=1e-4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the run does not load with the changed settings (RuntimeError: Error(s) in loading state_dict")
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"} == before
     assert (run / "config.json").read_text() == stored  # the run is still resumable as it was
     assert main(["--resume", str(run), "--no-progress", "--set", "ppo.lr_start=1e-4"]) == 0
     assert json.loads((run / "config.json").read_text())["ppo"]["lr_start"] == 1e-4
