@@ -243,6 +243,7 @@ def test_verified_tasks_match_the_official_statistics(name: str) -> None:
     assert not _differences(ref, got), _differences(ref, got)
 
 
+@pytest.mark.slow
 @needs_envpool
 @pytest.mark.parametrize("name", sorted(ENVPOOL_MISMATCHED))
 def test_mismatched_tasks_really_differ(name: str) -> None:
