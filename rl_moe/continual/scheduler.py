@@ -29,7 +29,7 @@ from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.continual.config import RunConfig
 from rl_moe.continual.envs import EnvFactory, make_vec_env, task_factories
 from rl_moe.continual.errors import DivergedError
-from rl_moe.continual.evaluation import EvalEnvs, EvalResult, PeriodicEval, evaluate, release_memory
+from rl_moe.continual.evaluation import EvalEnvs, EvalResult, PeriodicEval, evaluate, fix_mmap_threshold, release_memory
 from rl_moe.continual.learners import get_learner
 from rl_moe.continual.probe_states import default_probe_policy, load_or_collect, make_probe_callback, probe_factories
 from rl_moe.continual.progress import ProgressLine
@@ -142,6 +142,7 @@ class ContinualScheduler:
     def run(self) -> Results:
         """Train the remaining tasks; returns the final :class:`Results` (also on disk)."""
         cfg, res = self.cfg, self.results
+        fix_mmap_threshold()  # before the model and the envs allocate: keeps RSS level over tasks
         res.save(self.files.results)
         probe_states = None
         if cfg.probe.enabled:
