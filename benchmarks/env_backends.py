@@ -19,17 +19,13 @@ import time
 
 import numpy as np
 
-from rl_moe.continual.envpool_env import ENVPOOL_VERIFIED, EnvPoolMetaWorld, official_observation_space
-from rl_moe.continual.envs import make_vec_env, task_factories
+from rl_moe.continual.backend_check import backend_env
+from rl_moe.continual.envpool_env import ENVPOOL_VERIFIED
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 
 
 def _rate(task, suite, backend: str, n_envs: int, steps: int, rng: np.random.Generator) -> float:
-    factories = task_factories(suite, task, n_envs, 0)
-    if backend == "envpool":
-        env = EnvPoolMetaWorld(task.name, [f.seed for f in factories], suite.episode_length, 1, official_observation_space())
-    else:
-        env = make_vec_env(factories, backend)
+    env = backend_env(suite, task, backend, n_envs, 0)
     try:
         env.reset()
         actions = rng.uniform(-1, 1, size=(steps // n_envs, n_envs, 4)).astype(np.float32)
@@ -52,16 +48,16 @@ def main() -> None:
     suite = suite_of(resolve(RunRequest(suite="cw10", method="topk", vec_env="dummy")))
     tasks = [t for t in suite.tasks if args.tasks is None or t.name in args.tasks]
     rng = np.random.default_rng(0)
-    rates = {(t.name, b): [] for t in tasks for b in ("dummy", "envpool")}
+    rates = {(t.name, b): [] for t in tasks for b in ("official", "envpool")}
     for _ in range(args.rounds):
         for t in tasks:
-            for b in ("dummy", "envpool"):
+            for b in ("official", "envpool"):
                 rates[t.name, b].append(_rate(t, suite, b, args.n_envs, args.steps, rng))
     print(f"CW10 env stepping: {args.n_envs} envs, random actions, {args.steps} steps, median of {args.rounds} rounds, 1 thread")
     print(f"  {'task':<22} {'official':>9} {'envpool':>9}  ratio")
     ratios = []
     for t in tasks:
-        off, ep = statistics.median(rates[t.name, "dummy"]), statistics.median(rates[t.name, "envpool"])
+        off, ep = statistics.median(rates[t.name, "official"]), statistics.median(rates[t.name, "envpool"])
         ratios.append(ep / off)
         note = "" if t.name in ENVPOOL_VERIFIED else "  (runs use the official env: not equivalent)"
         print(f"  {t.name:<22} {off:9.0f} {ep:9.0f}  {ep / off:.2f}x{note}")

@@ -27,7 +27,7 @@ from rl_moe.continual.wrappers import InfoSuccess, ReturnSuccess
 VEC_ENV_TYPES: tuple[str, ...] = ("auto", "dummy", "subproc", "envpool")
 
 #: Worker threads of a native pool (``--vec-env envpool``); set once per process by the CLI, like
-#: torch's thread count, from ``--threads`` (see :func:`rl_moe.continual.threads.resolve_threads`).
+#: torch's thread count, from ``--threads`` (see :func:`rl_moe.continual.threads.split_threads`).
 _POOL_THREADS = [1]
 
 
