@@ -327,3 +327,23 @@ def test_suite_regularizer_values_are_type_checked(tmp_path: Path, capsys: pytes
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'rho' must be float, got 'abc'" in err[0], err
     assert not out.exists()
+
+
+def test_suite_network_defaults_sit_under_preset_and_set(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from rl_moe.continual.resolve import RunRequest, resolve
+    from rl_moe.crl import main
+
+    smoke = resolve(RunRequest(suite="smoke", algo="td3", method="topk"))
+    assert (smoke.net.hidden, smoke.net.gate_hidden, smoke.net.n_experts) == ((64, 64), (32,), 10)
+    assert smoke.td3.n_envs == 4
+    assert resolve(RunRequest(suite="smoke", preset="tiny")).net.hidden == (32, 32)  # --preset beats the suite
+    assert resolve(RunRequest(suite="smoke", overrides=("net.hidden=16",))).net.hidden == (16,)  # --set too
+    assert resolve(RunRequest(suite="cw10", method="topk")).net.hidden == (256, 256, 256)  # SPHERE Table 2
+    data = json.loads((SUITES / "smoke.json").read_text())
+    for bad, message in (({"kind": "dense"}, "unknown net setting 'kind'"), ({"hiden": [8]}, "unknown net setting 'hiden'"), ({"hidden": "x,y"}, "net.hidden")):
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps({**data, "net": bad}))
+        assert main(["--suite", str(path), "--tasks", "1", "--out", str(tmp_path / "runs"), "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "runs").exists()

@@ -133,6 +133,26 @@ def test_segment_matmul_matches_loop_including_empty_segments():
         assert torch.allclose(segment_matmul(x, w, counts), ref, atol=1e-5)
 
 
+def test_segment_matmul_bias_matches_a_per_row_gather_in_value_and_gradient():
+    torch.manual_seed(4)
+    for n_experts in (1, 3, 40):
+        counts = tuple(int(c) for c in torch.randint(0, 4, (n_experts,)))
+        counts = counts if sum(counts) else (2,) + counts[1:]
+        idx = torch.repeat_interleave(torch.arange(n_experts), torch.tensor(counts))
+        x = torch.randn(sum(counts), 8, requires_grad=True)
+        w = torch.randn(n_experts, 8, 4, requires_grad=True)
+        b = torch.randn(n_experts, 4, requires_grad=True)
+        got = segment_matmul(x, w, counts, b)
+        ref = torch.einsum("ri,rio->ro", x, w[idx]) + b[idx]
+        assert torch.allclose(got, ref, atol=1e-5)
+        upstream = torch.randn_like(ref)
+        g_got = torch.autograd.grad(got, (x, w, b), upstream)
+        g_ref = torch.autograd.grad(ref, (x, w, b), upstream)
+        for a, r in zip(g_got, g_ref):
+            assert torch.allclose(a, r, atol=1e-4)
+        assert torch.all(g_got[2][torch.tensor(counts) == 0] == 0)  # an expert with no rows learns nothing
+
+
 @pytest.mark.parametrize("kind", NETWORK_KINDS)
 def test_phi_has_routing_weighted_blocks(kind):
     torch.manual_seed(4)

@@ -125,6 +125,22 @@ def test_guard_names_the_first_non_finite_term() -> None:
         check_update({"train/loss": 2.0}, [p])
 
 
+def test_parameter_check_agrees_with_isfinite_on_every_kind_of_bad_value() -> None:
+    from rl_moe.algos.guard import parameters_finite
+
+    gen = torch.Generator().manual_seed(0)
+    for bad in (math.nan, math.inf, -math.inf):
+        for where in ("weight", "grad"):
+            for pos in range(0, 60, 7):
+                params = [torch.nn.Parameter(torch.randn(3, 4, 5, generator=gen)), torch.nn.Parameter(torch.zeros(0)), torch.nn.Parameter(torch.randn((), generator=gen))]
+                params[0].grad = torch.randn(3, 4, 5, generator=gen)
+                assert parameters_finite(params)
+                target = params[0].data if where == "weight" else params[0].grad
+                target.view(-1)[pos] = bad
+                brute = all(torch.isfinite(t).all() for p in params for t in (p.data, p.grad) if t is not None)
+                assert parameters_finite(params) is bool(brute) is False, (bad, where, pos)
+
+
 @pytest.mark.parametrize("algo", ["ppo", "td3"])
 def test_divergence_exits_3_with_one_line_and_resumes_after_a_fix(tmp_path: Path, capsys: pytest.CaptureFixture, algo: str) -> None:
     run = tmp_path / "run"

@@ -18,7 +18,7 @@ from rl_moe.continual.learners import LEARNERS, check_fast_update, get_learner
 from rl_moe.continual.methods import check_regularizers, full_regularizer_settings, get_method
 from rl_moe.continual.presets import learner_presets
 from rl_moe.rundir import RunDir
-from rl_moe.continual.suites import Suite, load_suite, suite_from_dict
+from rl_moe.continual.suites import Suite, load_suite, net_flags, suite_from_dict
 from rl_moe.diagnostics.probe import ProbeConfig
 
 #: The preset of a learner when the suite names none.
@@ -152,7 +152,9 @@ def resolve(req: RunRequest) -> RunConfig:
     bundle: tuple[str, ...] = ()
     if req.preset is not None:
         bundle = OVERRIDE_PRESETS[check_choice(req.preset, tuple(OVERRIDE_PRESETS), "preset")]
-    sections, regs = apply_overrides(sections, regs, [*bundle, *flags, *req.overrides], used=method.regularizers)
+    # Suite network defaults, then the --preset bundle, then --experts/--top-k, then --set: later wins.
+    overrides = [*net_flags(suite.net), *bundle, *flags, *req.overrides]
+    sections, regs = apply_overrides(sections, regs, overrides, used=method.regularizers)
     check_sections(sections)
     sections["probe"] = _resolve_probe_policy(sections["probe"], suite)
     n_envs = sections[algo].n_envs

@@ -6,6 +6,8 @@ The built-in suites (``cw10``, ``cw20``, ``hb5``, ``smoke``) ship inside the pac
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -13,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from rl_moe.continual.config import NetSettings
 from rl_moe.continual.errors import UsageError
 from rl_moe.continual.families import FAMILIES
 
@@ -64,6 +67,8 @@ class Suite:
     :param success_type: one of :data:`SUCCESS_TYPES`
     :param presets: algo -> preset name (an env family whose presets the learner takes)
     :param regularizers: per-suite regularizer kwargs (e.g. SPHERE rho, paper Table 2)
+    :param net: per-suite network defaults (:class:`~rl_moe.continual.config.NetSettings` fields,
+        e.g. Pendulum-sized layers for the smoke suite), applied before ``--preset`` and ``--set``
     :param description: one line for ``--help`` and the docs
     :param source: where the suite was loaded from
     """
@@ -77,6 +82,7 @@ class Suite:
     success_type: str = "info"
     presets: Mapping[str, str] = field(default_factory=dict)
     regularizers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    net: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
     source: str = ""
 
@@ -95,6 +101,7 @@ class Suite:
             "probe_tasks": [t.to_dict() for t in self.probe_tasks],
             "presets": dict(self.presets),
             "regularizers": {k: dict(v) for k, v in self.regularizers.items()},
+            "net": dict(self.net),
             "tasks": [t.to_dict() for t in self.tasks],
         }
 
@@ -124,6 +131,27 @@ def _probe_tasks(data: Mapping[str, Any]) -> tuple[TaskSpec, ...]:
     raise KeyError("probe_tasks")
 
 
+def net_flags(net: Mapping[str, Any]) -> list[str]:
+    """A suite's ``net`` defaults as ``net.<field>=<value>`` override strings, so they are parsed
+    and checked exactly like ``--set`` (lists become ``64,64``)."""
+
+    def text(value: Any) -> str:
+        if isinstance(value, (list, tuple)):
+            return ",".join(str(v) for v in value)
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    return [f"net.{key}={text(value)}" for key, value in net.items()]
+
+
+def _check_net_defaults(net: Mapping[str, Any], where: str) -> None:
+    """Names only: values are parsed with the run's other settings (:func:`net_flags`)."""
+    # The method picks the network kind; a suite choosing it would silently override --method.
+    valid = [f.name for f in dataclasses.fields(NetSettings) if f.name != "kind"]
+    unknown = [k for k in net if k not in valid]
+    if unknown:
+        raise UsageError(f"suite{where}: unknown net setting {unknown[0]!r}; valid choices: {', '.join(valid)}")
+
+
 def suite_from_dict(data: Mapping[str, Any], source: str = "") -> Suite:
     """Validate and build a :class:`Suite`; raises :class:`UsageError` naming the bad field."""
     where = f" in {source}" if source else ""
@@ -142,6 +170,7 @@ def suite_from_dict(data: Mapping[str, Any], source: str = "") -> Suite:
             success_type=str(success_type),
             presets=dict(data.get("presets", {})),
             regularizers={k: dict(v) for k, v in data.get("regularizers", {}).items()},
+            net=dict(data.get("net", {})),
             description=str(data.get("description", "")),
             source=source,
         )
@@ -164,6 +193,7 @@ def suite_from_dict(data: Mapping[str, Any], source: str = "") -> Suite:
         missing = [t.name for t in (*suite.tasks, *suite.probe_tasks) if t.success_bar is None]
         if missing:
             raise UsageError(f"suite{where} uses return success but tasks {missing} have no success_bar")
+    _check_net_defaults(suite.net, where)
     if not suite.probe_tasks:
         raise UsageError(f"suite{where}: probe_tasks is empty; name at least one held-out task")
     inside = [t.name for t in suite.probe_tasks if t.name in suite.task_names]

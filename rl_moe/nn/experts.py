@@ -34,21 +34,34 @@ def _grouped_mm_ok(x: Tensor, weight: Tensor) -> bool:
     )
 
 
-def segment_matmul(x: Tensor, weight: Tensor, counts: tuple[int, ...]) -> Tensor:
-    """Row block e of ``x`` times ``weight[e]``.
+def segment_matmul(x: Tensor, weight: Tensor, counts: tuple[int, ...], bias: Tensor | None = None) -> Tensor:
+    """Row block e of ``x`` times ``weight[e]``, plus ``bias[e]`` when given.
 
     :param x: (R, in), rows sorted by expert, ``counts[e]`` rows for expert e
     :param weight: (E, in, out)
+    :param counts: rows per expert
+    :param bias: (E, out) or None. Added per block (one ``addmm`` each): gathering a per-row bias
+        with the expert index instead costs a scatter-add in backward, a quarter of a TD3
+        gradient step with 3x256 MoE critics on CPU
     :return: (R, out)
     """
     if len(counts) == 1:
-        return x @ weight[0]
+        return x @ weight[0] if bias is None else torch.addmm(bias[0], x, weight[0])
     if _grouped_mm_ok(x, weight):
         offs = torch.tensor(counts, device=x.device).cumsum(0).to(torch.int32)
-        return F.grouped_mm(x.contiguous(), weight, offs=offs)
+        out = F.grouped_mm(x.contiguous(), weight, offs=offs)
+        if bias is None:
+            return out
+        rows = torch.tensor(counts, device=x.device)
+        return out + bias.repeat_interleave(rows, dim=0, output_size=x.shape[0])
     # split/unbind keep backward to one stack per weight; indexing weight[e] would allocate E
     # full-size zero gradients.
-    blocks = [xb @ w for xb, w, c in zip(torch.split(x, counts), weight.unbind(0), counts) if c]
+    biases = bias.unbind(0) if bias is not None else (None,) * len(counts)
+    blocks = [
+        xb @ w if b is None else torch.addmm(b, xb, w)
+        for xb, w, b, c in zip(torch.split(x, counts), weight.unbind(0), biases, counts)
+        if c
+    ]
     if not blocks:
         return x.new_zeros(0, weight.shape[2])
     return torch.cat(blocks) if len(blocks) > 1 else blocks[0]
@@ -136,7 +149,7 @@ class StackedExperts(nn.Module):
         h = x
         for layer in range(len(self.hidden_dims)):
             inputs.append(h)
-            z = segment_matmul(h, ws[layer], counts) + _per_expert(self.biases[layer], expert_idx)
+            z = segment_matmul(h, ws[layer], counts, self.biases[layer])
             linear.append(z)
             if self.layer_norm:
                 n = F.layer_norm(z, z.shape[-1:])
@@ -146,7 +159,7 @@ class StackedExperts(nn.Module):
             h = act(z)
             hidden.append(h)
         inputs.append(h)
-        out = segment_matmul(h, ws[-1], counts) + _per_expert(self.biases[-1], expert_idx)
+        out = segment_matmul(h, ws[-1], counts, self.biases[-1])
         linear.append(out)
         return ExpertPass(out, tuple(hidden), tuple(pre), tuple(inputs), tuple(linear), tuple(normed))
 
