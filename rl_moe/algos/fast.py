@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from stable_baselines3.common.buffers import RolloutBuffer
@@ -35,8 +35,7 @@ from rl_moe.algos.graphs import capture, capture_failed, replay_failed, replay_m
 from rl_moe.algos.ppo_loss import ppo_losses
 from rl_moe.nn.static import static_shapes
 
-if TYPE_CHECKING:  # pragma: no cover
-    from rl_moe.algos.ppo import MoEPPO
+from rl_moe.algos.learner import PPOLearner
 
 #: ``fast_update`` choices.
 FAST_MODES: tuple[str, ...] = ("auto", "on", "off")
@@ -59,7 +58,7 @@ def no_distribution_checks() -> Iterator[None]:
         torch.distributions.Distribution.set_default_validate_args(previous)
 
 
-def unsupported_reason(algo: "MoEPPO") -> str | None:
+def unsupported_reason(algo: PPOLearner) -> str | None:
     """Why the sync-free update cannot run this learner (None when it can)."""
     if not isinstance(algo.rollout_buffer, RolloutBuffer) or type(algo.rollout_buffer) is not RolloutBuffer:
         return f"rollout buffer {type(algo.rollout_buffer).__name__} (only RolloutBuffer)"
@@ -134,7 +133,7 @@ class FastPPOUpdate:
     :param static: static-shape MoE layers (default: on CUDA only, where they are faster)
     """
 
-    def __init__(self, algo: "MoEPPO", cuda_graphs: bool = True, static: bool | None = None) -> None:
+    def __init__(self, algo: PPOLearner, cuda_graphs: bool = True, static: bool | None = None) -> None:
         self.algo = algo
         self.device = algo.device
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"

@@ -4,7 +4,7 @@ diagnostics (``plasticity/grad_norm``)."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -13,6 +13,7 @@ from stable_baselines3.common.type_aliases import RolloutBufferSamples
 from torch import Tensor
 
 from rl_moe.algos.hooks import LossContext, loss_context
+from rl_moe.algos.learner import PPOLearner
 from rl_moe.nn import MoEOutput
 from rl_moe.policies import evaluate_actions
 
@@ -29,7 +30,7 @@ class PPOLosses(NamedTuple):
     actor_output: MoEOutput | None  # the actor network's output (None for SB3's own policies)
     critic_output: MoEOutput | None  # the value network's output
 
-    def context(self, algo: Any, batch: RolloutBufferSamples, sync_free: bool = False) -> LossContext:
+    def context(self, algo: PPOLearner, batch: RolloutBufferSamples, sync_free: bool = False) -> LossContext:
         """The regularizers' view of this minibatch: the actor's reference loss is L_actor, the
         critic's the value loss."""
         return loss_context(
@@ -51,7 +52,7 @@ class PPOLosses(NamedTuple):
 
 
 def ppo_losses(
-    algo: Any, batch: RolloutBufferSamples, clip_range: float | Tensor, clip_range_vf: float | Tensor | None
+    algo: PPOLearner, batch: RolloutBufferSamples, clip_range: float | Tensor, clip_range_vf: float | Tensor | None
 ) -> PPOLosses:
     """PPO's losses on ``batch`` for the learner ``algo`` (its policy, ``ent_coef`` and
     ``normalize_advantage``), with SB3's operations in SB3's order so results match bit for bit."""

@@ -16,7 +16,7 @@ same order of random draws, so on a CPU the buffer is bit-identical to SB3's (te
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -29,8 +29,7 @@ from torch import Tensor
 
 from rl_moe.algos.graphs import capture, capture_failed, replay_failed, replay_mismatch
 
-if TYPE_CHECKING:  # pragma: no cover
-    from rl_moe.algos.ppo import MoEPPO
+from rl_moe.algos.learner import PPOLearner
 
 
 class Acted(NamedTuple):
@@ -41,7 +40,7 @@ class Acted(NamedTuple):
     log_probs: Tensor  # (n_envs,)
 
 
-def unsupported_reason(algo: "MoEPPO") -> str | None:
+def unsupported_reason(algo: PPOLearner) -> str | None:
     """Why this collector cannot run the learner's rollouts (None when it can)."""
     if not isinstance(algo.observation_space, spaces.Box):
         return f"observation space {type(algo.observation_space).__name__} (only Box)"
@@ -90,7 +89,7 @@ class DeviceRolloutCollector:
         calls, with a warning, when the capture fails)
     """
 
-    def __init__(self, algo: "MoEPPO", cuda_graphs: bool = True) -> None:
+    def __init__(self, algo: PPOLearner, cuda_graphs: bool = True) -> None:
         self.algo = algo
         self.device = algo.device
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda"

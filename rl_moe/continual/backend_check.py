@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnv
 
-from rl_moe.continual.suites import Suite, TaskSpec
+from rl_moe.continual.suite_spec import Suite, TaskSpec
 
 #: Episodes per task, sub-envs and the seed of the first sub-env (the others follow it).
 N_EPISODES, N_ENVS, SEED = 50, 10, 1000

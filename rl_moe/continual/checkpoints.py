@@ -25,7 +25,7 @@ from rl_moe.continual.config import RunConfig
 from rl_moe.continual.envs import EnvFactory
 from rl_moe.continual.errors import UsageError
 from rl_moe.continual.resolve import suite_of
-from rl_moe.continual.suites import TaskSpec
+from rl_moe.continual.suite_spec import TaskSpec
 from rl_moe.rundir import RunDir
 
 

@@ -19,7 +19,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from rl_moe.continual.errors import UsageError
 from rl_moe.continual.families import FAMILIES
-from rl_moe.continual.suites import Suite, TaskSpec
+from rl_moe.continual.suite_spec import Suite, TaskSpec
 from rl_moe.continual.wrappers import InfoSuccess, ReturnSuccess
 
 #: ``--vec-env`` choices; ``auto`` picks EnvPool where the family has it and it is installed,

@@ -10,15 +10,13 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 
 from rl_moe.continual.errors import MissingDependencyError, UsageError
+from rl_moe.continual.suite_spec import Suite, TaskSpec
 from rl_moe.continual.wrappers import PermuteObsFlipAction
-
-if TYPE_CHECKING:
-    from rl_moe.continual.suites import Suite, TaskSpec
 
 #: A scripted policy: ``get_action(obs) -> action`` (MetaWorld's policy classes have this shape).
 Expert = Any

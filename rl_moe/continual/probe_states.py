@@ -29,7 +29,7 @@ import torch
 
 from rl_moe.continual.envs import EnvFactory
 from rl_moe.continual.families import FAMILIES
-from rl_moe.continual.suites import Suite
+from rl_moe.continual.suite_spec import Suite
 from rl_moe.diagnostics.probe import Actor, PlasticityProbe, ProbeConfig, collect_states, load_or_create_states
 
 

@@ -1,0 +1,98 @@
+"""The data of a continual task suite: its tasks and protocol facts, as frozen dataclasses.
+
+Loading and validating suite files is :mod:`rl_moe.continual.suites`; the env families
+(:mod:`rl_moe.continual.families`) build envs from a :class:`TaskSpec` and check a :class:`Suite`.
+Both import these types from here, below them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: How episode success is decided: ``info`` = ``info["success"]`` at any step (MetaWorld);
+#: ``return`` = episode return >= the task's ``success_bar`` (HumanoidBench, smoke).
+SUCCESS_TYPES: tuple[str, ...] = ("info", "return")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of a suite.
+
+    :param name: task id shown to users (MetaWorld env name, HumanoidBench gym id, smoke label)
+    :param success_bar: episode-return threshold for ``return`` success (None for ``info``)
+    :param params: family-specific extra fields (smoke: ``env_id``, ``permutation``, ``action_sign``)
+    """
+
+    name: str
+    success_bar: float | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | str) -> TaskSpec:
+        if isinstance(data, str):
+            return cls(name=data)
+        data = dict(data)
+        name = data.pop("name")
+        bar = data.pop("success_bar", None)
+        return cls(name=str(name), success_bar=None if bar is None else float(bar), params=data)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, **dict(self.params)}
+        if self.success_bar is not None:
+            out["success_bar"] = self.success_bar
+        return out
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A task sequence with its protocol facts.
+
+    :param name: suite name (``cw10``, ...)
+    :param family: env family, a key of :data:`~rl_moe.continual.families.FAMILIES`
+    :param tasks: the tasks in training order
+    :param probe_tasks: held-out tasks (outside the sequence) whose states form the probe batch, in
+        equal shares; several tasks so that the batch spans what a policy of the suite meets
+    :param steps_per_task: env steps per task of the full protocol (CW: 1M, HB: 10M)
+    :param episode_length: steps per episode (CW: 200, HB: 1000)
+    :param success_type: one of :data:`SUCCESS_TYPES`
+    :param presets: algo -> preset name (an env family whose presets the learner takes)
+    :param regularizers: per-suite regularizer kwargs (e.g. SPHERE rho, paper Table 2)
+    :param net: per-suite network defaults (:class:`~rl_moe.continual.config.NetSettings` fields,
+        e.g. Pendulum-sized layers for the smoke suite), applied before ``--preset`` and ``--set``
+    :param description: one line for ``--help`` and the docs
+    :param source: where the suite was loaded from
+    """
+
+    name: str
+    family: str
+    tasks: tuple[TaskSpec, ...]
+    probe_tasks: tuple[TaskSpec, ...]
+    steps_per_task: int
+    episode_length: int
+    success_type: str = "info"
+    presets: Mapping[str, str] = field(default_factory=dict)
+    regularizers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    net: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+    source: str = ""
+
+    @property
+    def task_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tasks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "family": self.family,
+            "steps_per_task": self.steps_per_task,
+            "episode_length": self.episode_length,
+            "success": {"type": self.success_type},
+            "probe_tasks": [t.to_dict() for t in self.probe_tasks],
+            "presets": dict(self.presets),
+            "regularizers": {k: dict(v) for k, v in self.regularizers.items()},
+            "net": dict(self.net),
+            "tasks": [t.to_dict() for t in self.tasks],
+        }

@@ -1,0 +1,96 @@
+"""The package's modules form no import loop: every import statement counts, function-level and
+``TYPE_CHECKING`` ones included, so a shared type must live below the modules that use it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "rl_moe"
+
+
+def module_names(root: Path) -> dict[str, Path]:
+    """Dotted module name -> file, packages named by their folder."""
+    names = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the package modules it imports (``from a import b`` names ``a.b`` when that is a
+    module, else ``a``)."""
+    modules = module_names(root)
+    top = root.name
+
+    def owner(name: str) -> str | None:
+        while name:
+            if name in modules:
+                return name
+            name = name.rpartition(".")[0]
+        return None
+
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == top:
+                targets = [owner(f"{node.module}.{a.name}") or owner(node.module) for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [owner(a.name) for a in node.names if a.name.split(".")[0] == top]
+            else:
+                continue
+            graph[name].update(t for t in targets if t and t != name)
+    return graph
+
+
+def loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_finder_sees_a_type_only_loop(tmp_path: Path) -> None:
+    pkg = tmp_path / "rl_moe"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "a.py").write_text("from rl_moe.sub.b import B\n")
+    (pkg / "sub" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rl_moe.sub import a\n")
+    (pkg / "c.py").write_text("def f():\n    import rl_moe.sub.a\n")
+    assert loops(import_graph(pkg)) == [["rl_moe.sub.a", "rl_moe.sub.b"]]
+    (pkg / "sub" / "b.py").write_text("B = 1\n")
+    assert loops(import_graph(pkg)) == []
+
+
+def test_no_module_of_the_package_imports_itself_through_a_loop() -> None:
+    assert loops(import_graph(PACKAGE)) == []
