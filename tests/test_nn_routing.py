@@ -108,3 +108,12 @@ def test_ds_shared_experts_are_always_active_and_parameter_matched():
 def test_bad_config_raises_value_error_naming_choices(kwargs, needle):
     with pytest.raises(ValueError, match=needle):
         NetConfig(**kwargs)
+
+
+def test_every_router_is_a_network_kind_and_every_kind_builds():
+    from rl_moe.nn import NETWORK_KINDS, NETWORKS
+    from rl_moe.nn.config import UNROUTED_KINDS
+    from rl_moe.nn.routing import ROUTERS
+
+    assert NETWORK_KINDS == (*ROUTERS, *UNROUTED_KINDS) and len(set(NETWORK_KINDS)) == len(NETWORK_KINDS)
+    assert set(NETWORKS) == set(NETWORK_KINDS)

@@ -5,8 +5,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-#: Network kinds understood by :func:`rl_moe.nn.build_network`.
-NETWORK_KINDS: tuple[str, ...] = ("topk", "dense_moe", "ds", "expert_choice", "soft", "sdmoe", "dsc", "ssmoe", "mlp")
+from rl_moe.nn.routing import ROUTERS
+
+#: Kinds that route through no :data:`~rl_moe.nn.routing.ROUTERS` entry: SoftMoE mixes slots, DSC
+#: routes per layer over its atom bank, and ``mlp`` is the dense baseline.
+UNROUTED_KINDS: tuple[str, ...] = ("soft", "dsc", "mlp")
+#: Network kinds understood by :func:`rl_moe.nn.build_network`: every router is a kind, so a new
+#: router is one entry in ``ROUTERS``.
+NETWORK_KINDS: tuple[str, ...] = (*ROUTERS, *UNROUTED_KINDS)
 ACTIVATIONS: tuple[str, ...] = ("relu", "tanh")
 
 

@@ -104,8 +104,9 @@ def expert_choice_routing(logits: Tensor, k: int, temperature: float, static: bo
 #: (logits, k, temperature, static) -> Routing; ``static`` asks for shapes independent of the data.
 RouterFn = Callable[[Tensor, int, float, bool], Routing]
 
-#: Routers by network kind. A new kind is a :class:`~rl_moe.nn.moe.RoutedMoE` and a ``--method``
-#: of its name once its name is also in :data:`~rl_moe.nn.config.NETWORK_KINDS`.
+#: Routers by network kind. Each name is a network kind (:data:`~rl_moe.nn.config.NETWORK_KINDS`),
+#: built as a :class:`~rl_moe.nn.moe.RoutedMoE` unless ``rl_moe.nn.build.NETWORKS`` gives it a
+#: class of its own; a ``--method`` of that name is one more entry in the methods registry.
 ROUTERS: dict[str, RouterFn] = {
     "topk": topk_routing,
     "ds": topk_routing,
