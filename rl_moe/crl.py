@@ -39,6 +39,8 @@ def _interrupt_once(signum: int, frame: object) -> None:
 if __name__ == "__main__":  # Ctrl-C while the heavy imports below load exits as cleanly as later
     signal.signal(signal.SIGINT, _quit_during_startup)
 
+import torch  # noqa: E402
+
 from rl_moe.cli import EXIT_INTERRUPTED, EXIT_USAGE, UsageParser  # noqa: E402
 from rl_moe.continual.config import OVERRIDE_PRESETS, RunConfig  # noqa: E402
 from rl_moe.continual.errors import DivergedError, UsageError  # noqa: E402
@@ -52,6 +54,7 @@ from rl_moe.runlock import RunLock, RunLocked  # noqa: E402
 from rl_moe.continual.suites import builtin_suites  # noqa: E402
 from rl_moe.continual.envs import set_pool_threads  # noqa: E402
 from rl_moe.continual.threads import parse_threads, split_threads  # noqa: E402
+from rl_moe.continual.scheduler import ContinualScheduler  # noqa: E402
 
 EXIT_DIVERGED = 3
 EXIT_STORAGE = 4
@@ -195,7 +198,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE
-    import torch
 
     torch.set_num_threads(threads[0])
     set_pool_threads(threads[1])
@@ -214,7 +216,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _train(args: argparse.Namespace, cfg: RunConfig, run_dir: Path, finished: int) -> int:
     """Write the config and train (``finished`` tasks are done); the caller holds the folder's lock."""
-    from rl_moe.continual.scheduler import ContinualScheduler
 
     resume_cmd = f"python -m rl_moe.crl --resume {run_dir.resolve()}"
     results_path = RunDir(run_dir).results

@@ -21,10 +21,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+from stable_baselines3.common.vec_env import DummyVecEnv
 from torch import nn
 
 from rl_moe.cli import EXIT_USAGE, UsageParser
+from rl_moe.continual.agents import build_model
+from rl_moe.continual.config import RunConfig
 from rl_moe.continual.errors import UsageError
+from rl_moe.continual.evaluation import evaluate
+from rl_moe.continual.methods import get_method
+from rl_moe.continual.results import write_json_atomic
+from rl_moe.continual.scheduler import ContinualScheduler
+from rl_moe.nn import EVRerouted
+from rl_moe.rundir import RunDir
 
 #: Actor network kinds whose Top-K router the EV router can stand in for.
 REROUTABLE_KINDS: tuple[str, ...] = ("topk", "sdmoe", "ssmoe")
@@ -33,8 +43,6 @@ ACTOR_SLOTS: tuple[tuple[str, str], ...] = (("mlp_extractor", "actor_net"), ("ac
 
 
 def _ssmoe(net: nn.Module, alpha: float, top_c: int) -> nn.Module:
-    from rl_moe.nn import EVRerouted
-
     return EVRerouted(net, alpha, top_c)
 
 
@@ -60,15 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def output_path(run_dir: Path, router: str, alpha: float) -> Path:
     """``RUN_DIR/reroute-<router>-a<alpha>.json``."""
-    from rl_moe.rundir import RunDir
 
     return RunDir(run_dir).reroute(router, alpha)
 
 
 def _load(run_dir: Path) -> tuple[Any, dict[str, Any]]:
-    from rl_moe.continual.config import RunConfig
-    from rl_moe.rundir import RunDir
-
     files = RunDir(run_dir)
     for path in (files.config, files.results):
         if not path.is_file():
@@ -83,7 +87,6 @@ def _load(run_dir: Path) -> tuple[Any, dict[str, Any]]:
 
 def check_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """Validate everything before any work; :class:`UsageError` names the bad value."""
-    from rl_moe.continual.methods import get_method
 
     if args.router not in ROUTERS:
         raise UsageError(f"unknown router {args.router!r}; valid choices: {', '.join(ROUTERS)}")
@@ -121,12 +124,6 @@ def reroute_actor(policy: nn.Module, router: str, alpha: float, top_c: int) -> N
 
 def reevaluate(run_dir: Path, cfg: Any, results: dict[str, Any], router: str, alpha: float, top_c: int, episodes: int, device: str) -> list[list[float | None]]:
     """The success matrix of the re-routed checkpoints, on the cells the run's matrix filled."""
-    from stable_baselines3.common.vec_env import DummyVecEnv
-
-    from rl_moe.continual.agents import build_model
-    from rl_moe.continual.evaluation import evaluate
-    from rl_moe.rundir import RunDir
-    from rl_moe.continual.scheduler import ContinualScheduler
 
     sched = ContinualScheduler(cfg, run_dir, progress=False)  # reads only: eval envs, seeds, tasks
     original = results["success_matrix"]
@@ -152,21 +149,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg, results = check_args(args)
         if args.device == "cuda":
-            import torch
-
             if not torch.cuda.is_available():
                 raise UsageError("device 'cuda' requested but no CUDA GPU is available; valid choices here: cpu")
     except UsageError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE
-    import torch
 
     torch.set_num_threads(args.threads)
     run_dir = Path(args.run_dir)
     episodes = args.episodes or cfg.eval.matrix_episodes
     matrix = reevaluate(run_dir, cfg, results, args.router, args.alpha, args.top_c, episodes, args.device)
     out = output_path(run_dir, args.router, args.alpha)
-    from rl_moe.continual.results import write_json_atomic
 
     write_json_atomic(out, {
         "router": args.router, "alpha": args.alpha, "top_c": args.top_c, "episodes": episodes,

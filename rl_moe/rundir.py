@@ -17,7 +17,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+from rl_moe.diagnostics.probe import PROBE_FILE
 
 
 class RunDir:
@@ -51,7 +54,6 @@ class RunDir:
     @property
     def probe_states(self) -> Path:
         """The probe batch, under the name the diagnostics' probe callback uses."""
-        from rl_moe.diagnostics.probe import PROBE_FILE
 
         return self.path / PROBE_FILE
 
@@ -98,7 +100,6 @@ def check_writable_folder(path: str | Path, flag: str) -> None:
     :param flag: the option that named it, for the message (``--run-dir``, ``--out``)
     :raises ValueError: one line naming the path and what is wrong
     """
-    import os
 
     p = Path(path)
     if p.exists() and not p.is_dir():

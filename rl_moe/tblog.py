@@ -10,8 +10,11 @@ every earlier event at or after the step a resume restarts from.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 from stable_baselines3.common.logger import Logger, TensorBoardOutputFormat
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch.utils.tensorboard import SummaryWriter
 
 
 def dump_keys(logger: Logger, keys: Iterable[str], step: int) -> None:
@@ -34,8 +37,6 @@ class _PurgingTensorBoard(TensorBoardOutputFormat):
     """SB3's TensorBoard writer, opened with ``purge_step``."""
 
     def __init__(self, folder: str, purge_step: int | None) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
         self.writer = SummaryWriter(log_dir=folder, purge_step=purge_step)
         self._is_closed = False
 
@@ -52,11 +53,9 @@ def tensorboard_logger(folder: str, purge_step: int | None = None) -> Logger:
 def logged_at(folder: str, tag: str, step: int) -> bool:
     """Whether the event files in ``folder`` hold ``tag`` at exactly ``step`` (read before a resumed
     run opens its writer; a point at a step below the purge step stays visible)."""
-    from pathlib import Path
 
     if not any(Path(folder).glob("events.*")):
         return False
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(folder, size_guidance={"scalars": 0})
     acc.Reload()

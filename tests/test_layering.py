@@ -94,3 +94,26 @@ def test_the_finder_sees_a_type_only_loop(tmp_path: Path) -> None:
 
 def test_no_module_of_the_package_imports_itself_through_a_loop() -> None:
     assert loops(import_graph(PACKAGE)) == []
+
+
+def uncommented_lazy_imports(root: Path) -> list[str]:
+    """Imports inside functions without a comment on their line or the line above saying why."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    here, above = lines[node.lineno - 1], lines[node.lineno - 2]
+                    if "#" not in here and not above.strip().startswith("#"):
+                        found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    return found
+
+
+def test_imports_inside_functions_say_why(tmp_path: Path) -> None:
+    (tmp_path / "rl_moe").mkdir()
+    (tmp_path / "rl_moe" / "m.py").write_text("def f():\n    import json\n\n\ndef g():\n    import ray  # lazy: optional\n")
+    assert uncommented_lazy_imports(tmp_path / "rl_moe") == ["rl_moe/m.py:2"]
+    assert uncommented_lazy_imports(PACKAGE) == []

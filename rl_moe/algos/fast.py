@@ -28,14 +28,14 @@ from typing import Any, NamedTuple
 import torch
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.type_aliases import RolloutBufferSamples
+from stable_baselines3.common.utils import explained_variance
 from torch import Tensor
 
 from rl_moe.algos.common import DeviceTermLog
 from rl_moe.algos.graphs import capture, capture_failed, replay_failed, replay_mismatch
+from rl_moe.algos.learner import PPOLearner
 from rl_moe.algos.ppo_loss import ppo_losses
 from rl_moe.nn.static import static_shapes
-
-from rl_moe.algos.learner import PPOLearner
 
 #: ``fast_update`` choices.
 FAST_MODES: tuple[str, ...] = ("auto", "on", "off")
@@ -329,7 +329,6 @@ class FastPPOUpdate:
             logger.record(f"train/{name}", value)
         logger.record("train/approx_kl", values[len(_STATS)])
         logger.record("train/loss", values[len(_STATS) + 1])
-        from stable_baselines3.common.utils import explained_variance
 
         buffer = algo.rollout_buffer
         logger.record("train/explained_variance", explained_variance(buffer.values.flatten(), buffer.returns.flatten()))

@@ -21,7 +21,11 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnv
 
+from rl_moe.continual.envpool_env import EnvPoolMetaWorld, official_observation_space
+from rl_moe.continual.envs import make_vec_env, task_factories
+from rl_moe.continual.families import metaworld_expert
 from rl_moe.continual.suite_spec import Suite, TaskSpec
+from rl_moe.continual.suites import load_suite
 
 #: Episodes per task, sub-envs and the seed of the first sub-env (the others follow it).
 N_EPISODES, N_ENVS, SEED = 50, 10, 1000
@@ -30,12 +34,9 @@ N_EPISODES, N_ENVS, SEED = 50, 10, 1000
 def backend_env(suite: Suite, task: TaskSpec, backend: str, n_envs: int, seed: int) -> VecEnv:
     """``n_envs`` envs of ``task`` on ``official`` (DummyVecEnv of the run's factories) or
     ``envpool`` (the adapter itself, also for tasks a run keeps on the official envs)."""
-    from rl_moe.continual.envs import make_vec_env, task_factories
 
     factories = task_factories(suite, task, n_envs, seed)
     if backend == "envpool":
-        from rl_moe.continual.envpool_env import EnvPoolMetaWorld, official_observation_space
-
         return EnvPoolMetaWorld(task.name, [f.seed for f in factories], suite.episode_length, 1, official_observation_space())
     return make_vec_env(factories, "dummy")
 
@@ -43,7 +44,6 @@ def backend_env(suite: Suite, task: TaskSpec, backend: str, n_envs: int, seed: i
 def expert_statistics(suite: Suite, task: TaskSpec, backend: str, n_episodes: int = N_EPISODES, n_envs: int = N_ENVS, seed: int = SEED) -> dict[str, Any]:
     """Success rate, return mean/std and observation mean/std of ``n_episodes`` scripted-expert
     episodes (the first ones to finish, ``n_episodes / n_envs`` per env)."""
-    from rl_moe.continual.families import metaworld_expert
 
     policy = metaworld_expert(task.name)
     env = backend_env(suite, task, backend, n_envs, seed)
@@ -75,8 +75,6 @@ def expert_statistics(suite: Suite, task: TaskSpec, backend: str, n_episodes: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rl_moe.continual.suites import load_suite
-
     p = argparse.ArgumentParser(description="Write the official envs' scripted-expert statistics of a suite")
     p.add_argument("--suite", default="cw10")
     p.add_argument("--backend", default="official", choices=["official", "envpool"])

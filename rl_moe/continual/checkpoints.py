@@ -20,7 +20,9 @@ from pathlib import Path
 
 import gymnasium as gym
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.vec_env import DummyVecEnv
 
+from rl_moe.continual.agents import build_model
 from rl_moe.continual.config import RunConfig
 from rl_moe.continual.envs import EnvFactory
 from rl_moe.continual.errors import UsageError
@@ -66,9 +68,6 @@ def make_task_env(run_dir: str | Path, task: str | int, seed: int = 0) -> gym.En
 def load_checkpoint(run_dir: str | Path, task: str | int, device: str = "cpu") -> BaseAlgorithm:
     """The learner as saved at the end of ``task`` (a name or index), with the run's networks
     (MoE kind, regularizers' parametrizations) rebuilt from ``config.json``."""
-    from stable_baselines3.common.vec_env import DummyVecEnv
-
-    from rl_moe.continual.agents import build_model
 
     cfg = _config(run_dir)
     index, spec = _task(cfg, task)

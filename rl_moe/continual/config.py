@@ -16,8 +16,10 @@ from typing import Any
 
 from rl_moe.continual.errors import UsageError
 from rl_moe.continual.learners import LEARNERS, PPOConfig, TD3Config, get_learner
+from rl_moe.continual.results import write_json_atomic
 from rl_moe.diagnostics.probe import ProbeConfig
 from rl_moe.nn import NetConfig
+from rl_moe.regularizers import REGISTRY
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,6 @@ class RunConfig:
 
     def save(self, path: str) -> None:
         """Write ``config.json`` atomically: a kill mid-write never leaves a partial file."""
-        from rl_moe.continual.results import write_json_atomic
 
         write_json_atomic(path, self.to_dict())
 
@@ -209,7 +210,6 @@ def parse_value(text: str, hint: Any, key: str) -> Any:
 
 def regularizer_fields(name: str) -> dict[str, Any]:
     """The typed settings of regularizer ``name``: field -> type hint of its config dataclass."""
-    from rl_moe.regularizers import REGISTRY
 
     return typing.get_type_hints(REGISTRY[name].config_class)
 
@@ -220,7 +220,6 @@ def parse_regularizer_override(name: str, field_name: str, text: str, used: tupl
     :param used: the regularizers of the run's method (others take no overrides)
     :raises UsageError: for a regularizer the method does not use, an unknown field or a bad value
     """
-    from rl_moe.regularizers import REGISTRY
 
     key = f"reg.{name}.{field_name}"
     if name not in REGISTRY:

@@ -74,7 +74,7 @@ def envpool_task_id(task: str) -> str:
 def official_observation_space() -> gym.spaces.Box:
     """The observation space of the official goal-observable MetaWorld v3 env (identical for
     every task), built without constructing an env."""
-    from metaworld.sawyer_xyz_env import SawyerXYZEnv
+    from metaworld.sawyer_xyz_env import SawyerXYZEnv  # lazy: loads mujoco; only MetaWorld runs need it
 
     low, high = SawyerXYZEnv._HAND_SPACE.low, SawyerXYZEnv._HAND_SPACE.high  # type: ignore[attr-defined]
     return _official_space_from(low, high)
@@ -103,7 +103,7 @@ class EnvPoolMetaWorld(VecEnv):
         self, task: str, seeds: Sequence[int], episode_length: int, num_threads: int, observation_space: gym.spaces.Box
     ) -> None:
         check_envpool()
-        import envpool
+        import envpool  # lazy: optional dependency (the envpool extra)
 
         n = len(seeds)
         self.task, self.seeds, self.episode_length = task, [int(s) for s in seeds], int(episode_length)

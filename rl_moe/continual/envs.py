@@ -17,6 +17,7 @@ from gymnasium.wrappers import TimeLimit
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
+from rl_moe.continual.envpool_env import ENVPOOL_MISMATCHED, check_envpool, envpool_installed
 from rl_moe.continual.errors import UsageError
 from rl_moe.continual.families import FAMILIES
 from rl_moe.continual.suite_spec import Suite, TaskSpec
@@ -83,8 +84,6 @@ _FELL_BACK: set[str] = set()
 
 
 def _note_fallback(task: str) -> None:
-    from rl_moe.continual.envpool_env import ENVPOOL_MISMATCHED
-
     if task not in _FELL_BACK:
         _FELL_BACK.add(task)
         why = ENVPOOL_MISMATCHED.get(task, "it has not been checked against the official env (rl_moe.continual.backend_check)")
@@ -100,7 +99,6 @@ def resolve_vec_env_type(vec_env: str, n_envs: int, cpu_count: int | None = None
     cores a DummyVecEnv of 8 MetaWorld envs ran ~2,000 steps/s against ~1,270 for SubprocVecEnv
     (measured on the 2-core development machine), so worker processes only pay off with more cores.
     """
-    from rl_moe.continual.envpool_env import check_envpool, envpool_installed
 
     if vec_env not in VEC_ENV_TYPES:
         raise UsageError(f"unknown vec env type {vec_env!r}; valid choices: {', '.join(VEC_ENV_TYPES)}")

@@ -14,6 +14,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from rl_moe.continual.envpool_env import ENVPOOL_VERIFIED, EnvPoolMetaWorld, official_observation_space
 from rl_moe.continual.errors import MissingDependencyError, UsageError
 from rl_moe.continual.suite_spec import Suite, TaskSpec
 from rl_moe.continual.wrappers import PermuteObsFlipAction
@@ -82,7 +83,7 @@ def _reseed_metaworld(env: gym.Env, seed: int) -> None:
 
 def metaworld_names() -> tuple[str, ...]:
     """Every MetaWorld v3 task name."""
-    from metaworld.env_dict import ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE
+    from metaworld.env_dict import ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE  # lazy: loads mujoco; only MetaWorld runs need it
 
     return tuple(sorted(k.replace("-goal-observable", "") for k in ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE))
 
@@ -108,7 +109,7 @@ def metaworld_expert(task: str) -> Expert:
 
     :raises ValueError: if metaworld has no scripted policy under that name
     """
-    import metaworld.policies as policies
+    import metaworld.policies as policies  # lazy: loads mujoco; only MetaWorld runs need it
 
     *words, version = task.split("-")
     name = _EXPERT_CLASS_NAMES.get(task, "Sawyer" + "".join(w.capitalize() for w in words) + version.upper() + "Policy")
@@ -119,8 +120,6 @@ def metaworld_expert(task: str) -> Expert:
 
 
 def _metaworld_pool(task: TaskSpec, seeds: list[int], episode_length: int, threads: int) -> Any:
-    from rl_moe.continual.envpool_env import ENVPOOL_VERIFIED, EnvPoolMetaWorld, official_observation_space
-
     if task.name not in ENVPOOL_VERIFIED:  # unchecked or failed: the official env serves it
         return None
     return EnvPoolMetaWorld(task.name, seeds, episode_length, threads, official_observation_space())
@@ -128,7 +127,7 @@ def _metaworld_pool(task: TaskSpec, seeds: list[int], episode_length: int, threa
 
 # ---- HumanoidBench -----------------------------------------------------------------------------
 def _make_humanoidbench(task: TaskSpec, seed: int) -> gym.Env:
-    from rl_moe.continual.humanoidbench import make_h1
+    from rl_moe.continual.humanoidbench import make_h1  # lazy: imports the optional HumanoidBench stack
 
     env = make_h1(task.name)
     env.reset(seed=seed)
@@ -136,7 +135,7 @@ def _make_humanoidbench(task: TaskSpec, seed: int) -> gym.Env:
 
 
 def _check_humanoidbench_available() -> None:
-    from rl_moe.continual.humanoidbench import check_available
+    from rl_moe.continual.humanoidbench import check_available  # lazy: imports the optional HumanoidBench stack
 
     check_available()
 

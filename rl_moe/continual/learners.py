@@ -15,8 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from stable_baselines3.common.noise import NormalActionNoise, VectorizedActionNoise
 
+from rl_moe.algos import ALGOS
+from rl_moe.algos.fast import FAST_MODES
 from rl_moe.continual.errors import UsageError, check_choice, check_positive, check_within
+from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
 
 #: ``(section, env, regularizers, common kwargs) -> learner``; ``common`` holds seed, device,
 #: verbosity and the policy kwargs.
@@ -171,9 +175,6 @@ class AlgoSpec:
 
 
 def _build_ppo(p: PPOConfig, env: Any, regs: list, common: dict) -> Any:
-    from rl_moe.algos import ALGOS
-    from rl_moe.policies import MoEActorCriticPolicy
-
     return ALGOS["ppo"](
         MoEActorCriticPolicy, env, regularizers=regs,
         learning_rate=TaskLinearSchedule(p.lr_start, p.lr_end, p.lr_decay_fraction),
@@ -199,11 +200,6 @@ def _check_ppo(p: PPOConfig) -> None:
 
 
 def _build_td3(t: TD3Config, env: Any, regs: list, common: dict) -> Any:
-    from stable_baselines3.common.noise import NormalActionNoise, VectorizedActionNoise
-
-    from rl_moe.algos import ALGOS
-    from rl_moe.policies import MoETD3Policy
-
     act_dim = int(np.prod(env.action_space.shape))
     noise: Any = NormalActionNoise(np.zeros(act_dim), t.action_noise_std * np.ones(act_dim))
     if env.num_envs > 1:
@@ -254,7 +250,6 @@ def get_learner(name: str) -> AlgoSpec:
 
 def check_fast_update(spec: AlgoSpec, section: Any) -> None:
     """The learner-independent ``fast_update`` choice of a section."""
-    from rl_moe.algos.fast import FAST_MODES
 
     check_choice(section.fast_update, FAST_MODES, f"{spec.name}.fast_update")
 

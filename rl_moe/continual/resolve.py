@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from rl_moe.continual.agents import net_configs_for
 from rl_moe.continual.config import OVERRIDE_PRESETS, EvalSettings, NetSettings, RunConfig, apply_overrides
 from rl_moe.continual.envs import resolve_vec_env_type
 from rl_moe.continual.errors import UsageError, check_choice, check_positive
@@ -17,9 +20,10 @@ from rl_moe.continual.families import FAMILIES
 from rl_moe.continual.learners import LEARNERS, check_fast_update, get_learner
 from rl_moe.continual.methods import check_regularizers, full_regularizer_settings, get_method
 from rl_moe.continual.presets import learner_presets
-from rl_moe.rundir import RunDir
+from rl_moe.continual.probe_states import PROBE_POLICIES, default_probe_policy
 from rl_moe.continual.suites import Suite, load_suite, net_flags, suite_from_dict
 from rl_moe.diagnostics.probe import ProbeConfig
+from rl_moe.rundir import RunDir
 
 #: The preset of a learner when the suite names none.
 DEFAULT_PRESET = "metaworld"
@@ -68,7 +72,6 @@ def check_sections(sections: dict[str, Any]) -> None:
 
 def _resolve_probe_policy(probe: ProbeConfig, suite: Suite) -> ProbeConfig:
     """``auto`` -> the family's default; ``expert`` must exist for the probe task."""
-    from rl_moe.continual.probe_states import PROBE_POLICIES, default_probe_policy
 
     policy = check_choice(probe.policy, ("auto", *PROBE_POLICIES), "probe.policy")
     if policy == "auto":
@@ -86,8 +89,6 @@ def _resolve_probe_policy(probe: ProbeConfig, suite: Suite) -> ProbeConfig:
 
 
 def _check_net(cfg: RunConfig) -> None:
-    from rl_moe.continual.agents import net_configs_for
-
     kind = get_method(cfg.method).kind
     if cfg.net.kind != kind:
         raise UsageError(f"--set net.kind={cfg.net.kind}: the network kind is the method's ({kind!r}); pick it with --method")
@@ -100,8 +101,6 @@ def _check_net(cfg: RunConfig) -> None:
 def _check_device(device: str) -> None:
     check_choice(device, DEVICES, "device")
     if device == "cuda":
-        import torch
-
         if not torch.cuda.is_available():
             raise UsageError("device 'cuda' requested but no CUDA GPU is available; valid choices here: auto, cpu")
 

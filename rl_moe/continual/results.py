@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from rl_moe.continual.metrics import compute_cl_metrics, segment_aucs
 from rl_moe.rundir import RunDir
 
@@ -197,7 +199,6 @@ def checkpoint_ok(path: Path) -> bool:
 
 def save_regularizer_state(path: Path, state: dict[str, Any]) -> None:
     """``torch.save`` to a temp file in the same folder, then ``os.replace`` it over ``path``."""
-    import torch
 
     _replace_atomically(path, lambda tmp: torch.save(state, tmp))
 
@@ -209,7 +210,6 @@ def load_torch_state(path: Path, what: str, key: str | None = None) -> dict[str,
     :param key: an entry every such state holds, checked to tell it from another dict
     :raises ValueError: if the file is unreadable (truncated, or not such a state)
     """
-    import torch
 
     if not path.is_file():
         return None

@@ -12,11 +12,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rl_moe.continual.config import RunConfig
+import torch
+from stable_baselines3.common.save_util import load_from_zip_file
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from rl_moe.continual.agents import build_model
+from rl_moe.continual.config import SECTIONS, RunConfig, apply_overrides
+from rl_moe.continual.envpool_env import INSTALL_HINT, envpool_installed
+from rl_moe.continual.envs import task_factories
 from rl_moe.continual.errors import MissingDependencyError, UsageError, check_choice
 from rl_moe.continual.learners import get_learner
-from rl_moe.continual.methods import get_method
-from rl_moe.continual.resolve import PROTOCOLS, suite_of
+from rl_moe.continual.methods import check_regularizers, full_regularizer_settings, get_method
+from rl_moe.continual.resolve import PROTOCOLS, check_sections, suite_of
 from rl_moe.continual.results import Results, checkpoint_ok, load_regularizer_state
 from rl_moe.continual.rng import load as load_training_state
 from rl_moe.rundir import RunDir
@@ -49,11 +56,6 @@ def _check_weights(run_dir: Path, cfg: RunConfig, checkpoints: list[Path], probe
     """Finished checkpoints must load into the network the config builds, and the probe batch
     must have the env's observation width (a mismatch would fail mid-run, or silently drop the
     plasticity metrics for the rest of it)."""
-    from stable_baselines3.common.save_util import load_from_zip_file
-    from stable_baselines3.common.vec_env import DummyVecEnv
-
-    from rl_moe.continual.agents import build_model
-    from rl_moe.continual.envs import task_factories
 
     suite = suite_of(cfg)
     env = DummyVecEnv(task_factories(suite, suite.tasks[0], 1, 0))
@@ -81,8 +83,6 @@ def check_resumable(run_dir: Path, cfg: RunConfig) -> None:
     """A resumed run's results and finished-task checkpoints must be readable, and its env
     backend installed (a resume may not change the backend: the tasks left would differ)."""
     if cfg.vec_env == "envpool":
-        from rl_moe.continual.envpool_env import INSTALL_HINT, envpool_installed
-
         if not envpool_installed():
             raise MissingDependencyError(f"cannot resume {str(run_dir)!r}: it steps its envs with envpool, which is not installed; install it with: {INSTALL_HINT}")
     files = RunDir(run_dir)
@@ -95,8 +95,6 @@ def check_resumable(run_dir: Path, cfg: RunConfig) -> None:
         raise UsageError(f"cannot resume {str(run_dir)!r}: corrupt {path.name} ({exc!r}); restore it or start a new run") from None
     probe = files.probe_states
     if probe.is_file():
-        import torch
-
         try:
             states = torch.load(probe, map_location="cpu", weights_only=True)
         except Exception as exc:  # torch raises several types for a damaged file
@@ -147,9 +145,6 @@ def with_overrides(cfg: RunConfig, overrides: list[str], source: str = "--set") 
     stored value would make the run unloadable, so it is refused before anything is written (the
     same command repeated to resume a run passes the stored values again, which is fine).
     """
-    from rl_moe.continual.config import SECTIONS, apply_overrides
-    from rl_moe.continual.methods import check_regularizers, full_regularizer_settings, get_method
-    from rl_moe.continual.resolve import check_sections
 
     regs_used = get_method(cfg.method).regularizers
     sections = {name: getattr(cfg, name) for name in SECTIONS}

@@ -11,10 +11,12 @@ regularizers' internal state (``*.regularizers.pt``) is saved, so a resumed run 
 from __future__ import annotations
 
 import copy
+import json
+import pickle
 import sys
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,7 +36,6 @@ from rl_moe.continual.learners import get_learner
 from rl_moe.continual.probe_states import default_probe_policy, load_or_collect, make_probe_callback, probe_factories
 from rl_moe.continual.progress import ProgressLine
 from rl_moe.continual.resolve import suite_of
-from rl_moe.rundir import RunDir
 from rl_moe.continual.results import (
     Results,
     load_regularizer_state,
@@ -42,6 +43,7 @@ from rl_moe.continual.results import (
     save_regularizer_state,
     write_atomic,
 )
+from rl_moe.rundir import RunDir
 from rl_moe.tblog import dump_keys, logged_at, tensorboard_logger
 
 # Seed offsets keep training, evaluation and probe envs on disjoint streams.
@@ -98,8 +100,6 @@ class ContinualScheduler:
     def _load_results(self) -> Results:
         path = self.files.results
         if path.is_file():
-            import json
-
             return Results.from_dict(json.loads(path.read_text()))
         cfg = self.cfg
         # The steps a task really runs (PPO rounds the budget up to whole rollouts).
@@ -389,7 +389,6 @@ class ContinualScheduler:
         path = RunDir.vecnormalize(self.files.checkpoint(i, self.tasks[i].name))
         if not path.is_file():
             return None
-        import pickle
 
         with open(path, "rb") as fh:
             return pickle.load(fh)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from rl_moe.algos.hooks import Regularizer
+from rl_moe.nn.sdmoe import SpectralExperts
 from rl_moe.policies import policy_roles
 from rl_moe.regularizers.targets import TARGETS, active_roles, build_config, check_target, expert_stacks
 
@@ -58,7 +59,6 @@ class SDRefresh(Regularizer):
         self.steps[phase] = self.steps.get(phase, 0) + 1
         if self.steps[phase] % self.config.svd_every:
             return
-        from rl_moe.nn.sdmoe import SpectralExperts
 
         roles = policy_roles(algo.policy)
         for role in active_roles(phase, self.roles):

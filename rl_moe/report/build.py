@@ -50,7 +50,7 @@ class ReportFiles:
 
 def _figures(ctx: Context, opts: ReportOptions, out: Path, scalars: dict[Path, dict[str, Curve]]) -> list[Block]:
     try:
-        from rl_moe.report.plots import axis_for, eval_curve, plot_bands, plot_success, slug
+        from rl_moe.report.plots import axis_for, eval_curve, plot_bands, plot_success, slug  # lazy: plots need matplotlib (the report extra)
     except ImportError:
         return [Paragraph(MISSING_MATPLOTLIB)]
     blocks: list[Block] = []

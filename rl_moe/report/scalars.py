@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 EVENT_GLOB = "events.out.tfevents.*"
 #: Core plasticity tags (docs/metrics.md), plotted by default.
@@ -63,7 +64,6 @@ def load_scalars(run_dir: Path, prefixes: tuple[str, ...] = ("plasticity/", "eva
     :param run_dir: the run folder
     :param prefixes: tag groups to keep
     """
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     merged: dict[str, dict[int, float]] = {}
     for folder in event_dirs(run_dir):

@@ -15,6 +15,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from rl_moe.continual.metrics import curve_auc
+
 
 class MeanStd(NamedTuple):
     """Mean and population std (ddof=0, as in the SPHERE paper's tables) over the finite values."""
@@ -156,7 +158,6 @@ def task_auc(steps: tuple[float, ...], success: tuple[float, ...], start: float,
     :param start: first global step of the segment
     :param length: steps per task
     """
-    from rl_moe.continual.metrics import curve_auc
 
     ok = np.isfinite(np.asarray(success, dtype=float))
     try:

@@ -37,14 +37,16 @@ from contextlib import closing
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from rl_moe import crl
 from rl_moe.cli import EXIT_INTERRUPTED, EXIT_USAGE, UsageParser
-from rl_moe.runlock import Holder, lock_holder
-from rl_moe.sweep.progress import Heartbeat
+from rl_moe.continual.errors import UsageError
 from rl_moe.continual.learners import LEARNERS
+from rl_moe.runlock import Holder, lock_holder
 from rl_moe.sweep.backends import (
-    LocalPlan, Outcomes, RayOptions, check_parallel, local_slots, pin_gpu, plan_local, ray_available, run_local, run_ray,
-    run_sequential, visible_gpus,
+    LocalPlan, Outcomes, RayOptions, check_parallel, local_slots, pin_gpu, plan_local, ray_available, run_local,
+    run_ray, run_sequential, visible_gpus,
 )  # fmt: skip
+from rl_moe.sweep.progress import Heartbeat
 from rl_moe.sweep.trials import (
     Outcome, SweepConfig, SweepError, Trial, TrialRunner, grid, is_complete, run_subprocess, suite_label, trained_steps,
     trial_command, trial_env,
@@ -73,8 +75,6 @@ def validate(cfg: SweepConfig, trials: Sequence[Trial]) -> None:
     check_parallel(cfg)
     if len(set(cfg.seeds)) != len(cfg.seeds):
         raise SweepError(f"duplicate seeds in --seed {' '.join(map(str, cfg.seeds))}")
-    from rl_moe import crl
-    from rl_moe.continual.errors import UsageError
 
     parser = crl.build_parser()
     for trial in trials:

@@ -11,9 +11,10 @@ from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import torch
+
 from rl_moe.cli import EXIT_INTERRUPTED
 from rl_moe.sweep.trials import Outcome, SweepConfig, SweepError, Trial, TrialRunner
-
 
 #: A backend's stream of outcomes (a generator, so the sweep can close it and stop its trials).
 Outcomes = Generator[Outcome, None, None]
@@ -48,7 +49,7 @@ def run_ray(
     jobs: Sequence[tuple[Trial, list[str]]], env: dict[str, str], runner: TrialRunner, cfg: SweepConfig, opts: RayOptions
 ) -> Outcomes:
     """Run trials as Ray tasks, each reserving ``cpus_per_trial``/``gpus_per_trial``; yields as they finish."""
-    import ray
+    import ray  # lazy: optional dependency (the ray extra)
 
     started_here = not ray.is_initialized()
     if started_here:
@@ -85,7 +86,6 @@ def check_parallel(cfg: SweepConfig) -> None:
 
 def visible_gpus() -> int:
     """CUDA devices this process sees (torch is imported only for sweeps that ask for GPUs)."""
-    import torch
 
     return torch.cuda.device_count()
 

@@ -15,6 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from rl_moe.continual.config import RunConfig
+from rl_moe.continual.progress import hms
 from rl_moe.rundir import RunDir
 from rl_moe.runlock import lock_holder
 from rl_moe.sweep.trials import Trial, trained_steps
@@ -26,8 +30,6 @@ def live_steps(run_dir: Path) -> int:
     steps = trained_steps(run_dir)
     tb = RunDir(run_dir).tb
     if any(tb.glob("events.*")):
-        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
         acc = EventAccumulator(str(tb), size_guidance={"scalars": 1})  # keeps each tag's last point
         acc.Reload()
         steps = max([steps, *(acc.Scalars(tag)[-1].step for tag in acc.Tags()["scalars"] if tag.startswith(("time/", "rollout/")))])
@@ -36,7 +38,6 @@ def live_steps(run_dir: Path) -> int:
 
 def budget(run_dir: Path) -> int | None:
     """Env steps the whole run trains (tasks x whole-rollout steps per task), once config.json exists."""
-    from rl_moe.continual.config import RunConfig
 
     try:
         cfg = RunConfig.from_dict(json.loads(RunDir(run_dir).config.read_text()))
@@ -79,8 +80,6 @@ def snapshot(trials: Sequence[Trial], finished: set[Path], before: dict[Path, in
 
 
 def line(s: Snapshot, seconds: float) -> str:
-    from rl_moe.continual.progress import hms
-
     rate = s.steps / seconds if seconds > 0 else 0.0
     eta = hms(s.left / rate) if s.left is not None and rate > 0 else "?"
     return f"sweep: {s.done} done, {s.running} running, {s.queued} queued; {s.steps:,} env steps in {hms(seconds)}, {rate:.0f} env steps/s; ETA {eta}"
