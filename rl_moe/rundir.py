@@ -20,7 +20,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rl_moe.diagnostics.probe import PROBE_FILE
+#: The held-out probe batch of a run (written by :mod:`rl_moe.diagnostics.probe`); named here,
+#: with the folder's other files, so nothing below the CLI reaches up for it.
+PROBE_FILE = "probe_states.pt"
 
 
 class RunDir:

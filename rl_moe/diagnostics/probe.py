@@ -25,7 +25,6 @@ from stable_baselines3.common.callbacks import BaseCallback
 from torch import Tensor
 
 from rl_moe.diagnostics.actor_grad import actor_grad, learner_family
-from rl_moe.diagnostics.slq import PROBE_SLQ_PROBES, SlqConfig
 from rl_moe.diagnostics.groups import (
     coupling_group,
     entk_rank,
@@ -34,10 +33,10 @@ from rl_moe.diagnostics.groups import (
     slq_group,
     spectral_group,
 )
+from rl_moe.diagnostics.slq import PROBE_SLQ_PROBES, SlqConfig
 from rl_moe.diagnostics.views import actor_view, critic_view
+from rl_moe.rundir import PROBE_FILE
 from rl_moe.tblog import dump_keys
-
-PROBE_FILE = "probe_states.pt"
 
 #: obs -> action
 Actor = Callable[[np.ndarray], np.ndarray]
