@@ -445,3 +445,16 @@ def test_success_axes_are_clamped_and_condition_numbers_log_scaled(tmp_path: Pat
     ctx = contexts(load_runs([runs_root]))[0]
     plots.plot_success(ctx, "crl", ["topk", "sphere"], tmp_path / "bars.png")
     assert figures[-1].axes[0].get_ylim() == (0.0, 1.0)
+
+
+def test_eval_curve_drops_at_a_task_boundary_instead_of_jumping_back(runs_root: Path) -> None:
+    import dataclasses
+
+    from rl_moe.report.plots import eval_curve
+
+    run = contexts(load_runs([runs_root]))[0].runs["crl"]["sphere"][0]
+    a, b = run.tasks[:2]
+    run = dataclasses.replace(run, eval_curves={a: ((0.0, 100.0, 200.0), (0.0, 0.5, 0.9)), b: ((200.0, 300.0), (0.1, 0.4))})
+    curve = eval_curve(run)
+    assert curve.steps.tolist() == [0.0, 100.0, 200.0, 200.0, 300.0]
+    assert curve.values.tolist() == [0.0, 0.5, 0.9, 0.1, 0.4]  # task a's 0.9, then task b starts at 0.1

@@ -98,12 +98,19 @@ def plot_bands(
 
 
 def eval_curve(run: Run) -> Curve:
-    """The run's periodic current-task evaluations as one curve over global steps."""
-    pts = sorted((s, v) for steps, vals in run.eval_curves.values() for s, v in zip(steps, vals) if np.isfinite(v))
+    """The run's periodic current-task evaluations as one curve over global steps.
+
+    At a task boundary the finished task's last evaluation and the next task's step-0 one share a
+    step; ordering ties by task keeps the curve's drop at the boundary (sorting by value would draw
+    the new task's 0 first and the old task's success after it).
+    """
+    pts = sorted(
+        (s, order, v) for order, (steps, vals) in enumerate(run.eval_curves.values()) for s, v in zip(steps, vals) if np.isfinite(v)
+    )
     if not pts:
         return Curve(np.empty(0), np.empty(0))
     arr = np.array(pts)
-    return Curve(arr[:, 0], arr[:, 1])
+    return Curve(arr[:, 0], arr[:, 2])
 
 
 def plot_success(ctx: Context, protocol: str, methods: Sequence[str], path: Path) -> Path | None:
