@@ -17,7 +17,8 @@ from gymnasium.wrappers import TimeLimit
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
-from rl_moe.continual.envpool_env import ENVPOOL_MISMATCHED, check_envpool, envpool_installed
+from rl_moe.continual import envpool_env
+from rl_moe.continual.envpool_env import ENVPOOL_MISMATCHED
 from rl_moe.continual.errors import UsageError
 from rl_moe.continual.families import FAMILIES
 from rl_moe.continual.suite_spec import Suite, TaskSpec
@@ -107,11 +108,11 @@ def resolve_vec_env_type(vec_env: str, n_envs: int, cpu_count: int | None = None
         if family is not None and not native:
             with_pool = ", ".join(k for k, f in FAMILIES.items() if f.pool is not None)
             raise UsageError(f"--vec-env envpool has no {family!r} envs; it serves suites of: {with_pool}")
-        check_envpool()
+        envpool_env.check_envpool()  # looked up at call time: whether envpool is installed is a runtime fact
         return vec_env
     if vec_env != "auto":
         return vec_env
-    if native and envpool_installed():
+    if native and envpool_env.envpool_installed():
         return "envpool"
     cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
     return "dummy" if cores <= 2 or n_envs == 1 else "subproc"

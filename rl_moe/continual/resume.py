@@ -18,7 +18,8 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rl_moe.continual.agents import build_model
 from rl_moe.continual.config import SECTIONS, RunConfig, apply_overrides
-from rl_moe.continual.envpool_env import INSTALL_HINT, envpool_installed
+from rl_moe.continual import envpool_env
+from rl_moe.continual.envpool_env import INSTALL_HINT
 from rl_moe.continual.envs import task_factories
 from rl_moe.continual.errors import MissingDependencyError, UsageError, check_choice
 from rl_moe.continual.learners import get_learner
@@ -83,7 +84,7 @@ def check_resumable(run_dir: Path, cfg: RunConfig) -> None:
     """A resumed run's results and finished-task checkpoints must be readable, and its env
     backend installed (a resume may not change the backend: the tasks left would differ)."""
     if cfg.vec_env == "envpool":
-        if not envpool_installed():
+        if not envpool_env.envpool_installed():  # at call time, like envs.resolve_vec_env_type
             raise MissingDependencyError(f"cannot resume {str(run_dir)!r}: it steps its envs with envpool, which is not installed; install it with: {INSTALL_HINT}")
     files = RunDir(run_dir)
     path = files.results
