@@ -28,7 +28,6 @@ from stable_baselines3.common.vec_env import VecEnv
 from torch import Tensor
 
 from rl_moe.algos.graphs import capture, capture_failed, replay_failed, replay_mismatch
-
 from rl_moe.algos.learner import PPOLearner
 
 

@@ -16,9 +16,9 @@ import torch
 from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.vec_env import DummyVecEnv
 
+from rl_moe.continual import envpool_env
 from rl_moe.continual.agents import build_model
 from rl_moe.continual.config import SECTIONS, RunConfig, apply_overrides
-from rl_moe.continual import envpool_env
 from rl_moe.continual.envpool_env import INSTALL_HINT
 from rl_moe.continual.envs import task_factories
 from rl_moe.continual.errors import MissingDependencyError, UsageError, check_choice

@@ -85,8 +85,7 @@ def check_parallel(cfg: SweepConfig) -> None:
 
 
 def visible_gpus() -> int:
-    """CUDA devices this process sees (torch is imported only for sweeps that ask for GPUs)."""
-
+    """CUDA devices this process sees."""
     return torch.cuda.device_count()
 
 
