@@ -3,7 +3,7 @@
 TD3 takes a gradient step per env step (per 4 on the smoke suite), so anything per step counts:
 the learner's finiteness check over every weight and gradient (:mod:`rl_moe.algos.guard`) and
 the per-expert dispatch of the routed rows. Printed per network size (the paper's 3x256 and the
-smoke suite's 2x64):
+smoke suite's 2x64 with its 32-wide gate):
 
 - MoE TD3 (Top-K E=10, K=2 actor and critics) against SB3 TD3 ``MlpPolicy`` of the expert's size;
 - the guard's share of a MoE step, with the min/max check the learner uses and with the
@@ -58,9 +58,11 @@ def main() -> None:
     env.action_space.seed(0)
     print(f"threads=1 batch={args.batch} E=10 K=2, Pendulum spaces; one gradient step each")
     print(f"{'experts':<10} {'MoE / SB3 MLP':>14} {'guard share':>12} {'isfinite share':>15} {'step with isfinite':>19}")
-    for hidden in ((256, 256, 256), (64, 64)):
+    # (expert widths, gate widths): the paper's networks and the smoke suite's "net" section.
+    for hidden, gate in (((256, 256, 256), (256,)), ((64, 64), (32,))):
         kw = dict(learning_starts=0, batch_size=args.batch, seed=0)
-        moe = filled(MoETD3(MoETD3Policy, env, policy_kwargs=dict(moe="topk", critic_moe=True, net_arch=list(hidden)), **kw), env, 1000)
+        net = dict(moe="topk", critic_moe=True, hidden=hidden, gate_hidden=gate)
+        moe = filled(MoETD3(MoETD3Policy, env, policy_kwargs=net, **kw), env, 1000)
         mlp = filled(TD3("MlpPolicy", env, policy_kwargs=dict(net_arch=list(hidden)), **kw), env, 1000)
         moe._setup_learn(1, None)  # type: ignore[attr-defined]  # SB3 sets the logger here
         mlp._setup_learn(1, None)  # type: ignore[attr-defined]

@@ -162,3 +162,46 @@ def test_optimizers_are_fused_adam_unless_the_user_chose() -> None:
             opt.step()
     for a, b in zip(ref, fused):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _layer_widths(net):
+    """Output widths of a MoE network's expert layers (heads included)."""
+    return [w.shape[-1] for w in net.experts.weights]
+
+
+def test_sb3_net_arch_list_sets_the_expert_widths_of_both_sides():
+    env = gym.make("Pendulum-v1")
+    td3 = MoETD3(MoETD3Policy, env, seed=0, device="cpu", policy_kwargs=dict(moe="topk", n_experts=4, net_arch=[24, 12], activation_fn=torch.nn.Tanh))
+    for net in (actor_network(td3.policy), *critic_networks(td3.policy)):
+        assert _layer_widths(net) == [24, 12, 1]
+        assert net.cfg.activation == "tanh"
+    ppo = MoEPPO(MoEActorCriticPolicy, env, n_steps=64, batch_size=32, seed=0, device="cpu", policy_kwargs=dict(moe="topk", n_experts=4, net_arch=[24, 12]))
+    assert _layer_widths(actor_network(ppo.policy)) == [24, 12, 1]
+    assert ppo.policy.critic_net.cfg.hidden == (24, 12)  # the dense critic keeps the same widths
+
+
+def test_sb3_net_arch_dict_sets_each_side_and_survives_save_load(tmp_path):
+    env = gym.make("Pendulum-v1")
+    model = MoETD3(MoETD3Policy, env, seed=0, device="cpu", policy_kwargs=dict(moe="topk", n_experts=4, net_arch=dict(pi=[20], qf=[28, 8])))
+    assert _layer_widths(actor_network(model.policy)) == [20, 1]
+    assert all(_layer_widths(q) == [28, 8, 1] for q in critic_networks(model.policy))
+    model.save(tmp_path / "m.zip")
+    loaded = MoETD3.load(tmp_path / "m.zip", device="cpu")
+    assert _layer_widths(actor_network(loaded.policy)) == [20, 1]
+    obs = torch.randn(5, 3)
+    torch.testing.assert_close(loaded.actor(obs), model.actor(obs))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(net_arch=[64, 64], hidden=(32, 32)), "net_arch gives hidden"),
+        (dict(net_arch=[64, 0]), "positive ints"),
+        (dict(net_arch=dict(pi=[8], bogus=[8])), "unknown net_arch key"),
+        (dict(activation_fn=torch.nn.GELU), "unsupported activation_fn .*torch.nn.ReLU, torch.nn.Tanh"),
+        (dict(activation_fn=torch.nn.ReLU, activation="tanh"), "activation_fn gives activation"),
+    ],
+)
+def test_sb3_arch_arguments_that_cannot_apply_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MoETD3(MoETD3Policy, gym.make("Pendulum-v1"), seed=0, device="cpu", policy_kwargs=dict(moe="topk", n_experts=4, **kwargs))

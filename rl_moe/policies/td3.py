@@ -148,6 +148,9 @@ class MoETD3Policy(TD3Policy):
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
         data.update(actor_cfg=self.actor_cfg.to_dict(), critic_cfg=self.critic_cfg.to_dict())
+        # SB3 fills in its default net_arch; the configs above are what the networks are.
+        for key in ("net_arch", "activation_fn"):
+            data.pop(key, None)
         return data
 
     def roles(self) -> dict[str, Role]:
