@@ -197,8 +197,8 @@ def test_dsc_aux_losses_known_answers() -> None:
         net.branches[0].v_raw.copy_(torch.eye(4))
     x = torch.randn(5, 6)
     out = net(x)
-    assert out.aux["dsc_frame"].item() == pytest.approx(0.0, abs=1e-12)
-    torch.testing.assert_close(out.aux["dsc_signal"], net.branches[0](x).signal.mean()[None])
+    assert out.aux.dsc.frame.item() == pytest.approx(0.0, abs=1e-12)
+    torch.testing.assert_close(out.aux.dsc.signal, net.branches[0](x).signal.mean()[None])
 
 
 @pytest.mark.parametrize("dims", [(39, 4), (43, 1), (51, 19)])

@@ -96,7 +96,7 @@ def _single_layer_output(hidden: torch.Tensor, expert_idx: torch.Tensor, n_exper
     dispatch = Dispatch(torch.arange(r), expert_idx, torch.ones(r), counts, r)
     ep = ExpertPass(hidden[:, :1], (hidden,), (hidden,), (hidden,), (hidden,), ())
     z = torch.zeros(r, n_experts)
-    return MoEOutput(hidden[:, :1], z, expert_idx[:, None], z, torch.zeros(r, 0), (ExpertGroup(dispatch, ep),), {})
+    return MoEOutput(hidden[:, :1], z, expert_idx[:, None], z, torch.zeros(r, 0), (ExpertGroup(dispatch, ep),))
 
 
 def test_dormant_ratio_known_dead_units() -> None:

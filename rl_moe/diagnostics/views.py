@@ -65,7 +65,7 @@ class SequentialAsMoE(nn.Module):
         dispatch = Dispatch(arange, torch.zeros_like(arange), ones[:, 0], (n,), n)
         ep = ExpertPass(h, tuple(hidden), tuple(pre), tuple(inputs), tuple(linear), tuple(normed))
         indices = torch.zeros(n, 1, dtype=torch.long, device=x.device)
-        return MoEOutput(h, ones, indices, x.new_zeros(n, 1), x.new_zeros(n, 0), (ExpertGroup(dispatch, ep),), {})
+        return MoEOutput(h, ones, indices, x.new_zeros(n, 1), x.new_zeros(n, 0), (ExpertGroup(dispatch, ep),))
 
 
 def _is_moe_net(module: nn.Module) -> bool:

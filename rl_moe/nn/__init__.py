@@ -3,7 +3,9 @@
 from rl_moe.nn.config import ACTIVATIONS, NETWORK_KINDS, NetConfig
 from rl_moe.nn.experts import ExpertPass, StackedExperts, segment_matmul
 from rl_moe.nn.moe import (
+    AuxLosses,
     DenseMLP,
+    DSCLosses,
     DSMoE,
     ExpertGroup,
     MoEOutput,
@@ -22,6 +24,8 @@ from rl_moe.nn.static import static_shapes, static_shapes_enabled
 
 __all__ = [
     "ACTIVATIONS",
+    "AuxLosses",
+    "DSCLosses",
     "NETWORK_KINDS",
     "NETWORKS",
     "ROUTERS",

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from rl_moe.nn.config import NetConfig
 from rl_moe.nn.experts import StackedExperts
-from rl_moe.nn.moe import GateMLP, MoEOutput, RoutedMoE, load_balance_loss, run_routed
+from rl_moe.nn.moe import AuxLosses, GateMLP, MoEOutput, RoutedMoE, load_balance_loss, run_routed
 from rl_moe.nn.routing import Routing, topk_routing
 from rl_moe.nn.sdmoe import sdmoe_experts
 from rl_moe.nn.ssmoe import gate_directions, input_embeddings, mixed_probs, ssmoe_routing
@@ -79,5 +79,5 @@ class EVRerouted(nn.Module):
         cfg = self.net.cfg
         emb, logits, routing = ev_mixed_route(self.net.gate, self.net.experts, x, cfg.top_k, cfg.temperature, self.alpha, self.top_c)
         out, group = run_routed(self.net.experts, x, routing)
-        aux = {"load_balance": load_balance_loss(logits, routing.mask)}
+        aux = AuxLosses(load_balance=load_balance_loss(logits, routing.mask))
         return MoEOutput(out, routing.probs, routing.indices, logits, emb, (group,), aux)

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from rl_moe.nn.config import NetConfig
 from rl_moe.nn.experts import ACTIVATION_FNS, ExpertPass, StackedExperts
 
-from rl_moe.nn.moe import ExpertGroup, MoEOutput, expert_param_count, gate_param_count
+from rl_moe.nn.moe import AuxLosses, DSCLosses, ExpertGroup, MoEOutput, expert_param_count, gate_param_count
 from rl_moe.nn.routing import Dispatch
 
 #: eps of Eq. 3 (atom normalization) and Eq. 5 (simplex division).
@@ -137,7 +137,7 @@ class DSCNet(nn.Module):
 
     ``MoEOutput`` reports the trunk as one expert of weight 1 (so SPHERE and the diagnostics see
     its features) and the last branch's routing: ``probs`` (N, M) the simplex direction phi/S on
-    the selected atoms, ``indices`` (N, K), ``logits`` (N, M). ``aux`` holds ``dsc_balance``,
+    the selected atoms, ``indices`` (N, K), ``logits`` (N, M). ``aux.dsc`` holds the balance,
     ``dsc_frame`` and ``dsc_z`` summed over branches and ``dsc_signal`` (L,), each branch's batch
     mean S for the budget loss (Eq. 10), whose target mu belongs to the regularizer.
     """
@@ -182,10 +182,10 @@ class DSCNet(nn.Module):
         direction = last.coef / torch.tanh(last.signal).clamp_min(DSC_EPS)[:, None]  # (N, K) phi/(S+eps)
         probs = torch.zeros_like(last.logits).scatter(1, last.indices, direction)
         frame = sum(frame_potential(u) + frame_potential(v) for u, v in (b.atoms() for b in self.branches))
-        aux = {
-            "dsc_balance": sum(dsc_balance_loss(p.logits) for p in passes),
-            "dsc_frame": frame,
-            "dsc_z": sum(dsc_z_loss(p.logits) for p in passes),
-            "dsc_signal": torch.stack([p.signal.mean() for p in passes]),
-        }
+        aux = AuxLosses(dsc=DSCLosses(
+            balance=sum(dsc_balance_loss(p.logits) for p in passes),
+            frame=frame,
+            z=sum(dsc_z_loss(p.logits) for p in passes),
+            signal=torch.stack([p.signal.mean() for p in passes]),
+        ))
         return MoEOutput(out, probs, last.indices, last.logits, last.routed, (group,), aux)

@@ -25,6 +25,22 @@ class ExpertGroup(NamedTuple):
     expert: ExpertPass
 
 
+class DSCLosses(NamedTuple):
+    """DSC's auxiliary terms, summed over its branches (Eqs. 9, 11, 12; the signal S for Eq. 10)."""
+
+    balance: Tensor  # () Eq. 9 load balance of the atom router
+    frame: Tensor  # () Eq. 11 frame potential of the atoms
+    z: Tensor  # () Eq. 12 router z-loss
+    signal: Tensor  # (branches,) mean composition signal S per branch, for the Eq. 10 budget
+
+
+class AuxLosses(NamedTuple):
+    """Auxiliary losses a network computes on its own batch (None where it has none)."""
+
+    load_balance: Tensor | None = None  # () Switch-style load balance of the gate
+    dsc: DSCLosses | None = None
+
+
 class MoEOutput(NamedTuple):
     """Everything a MoE layer exposes for the loss, the regularizers and the diagnostics."""
 
@@ -34,7 +50,7 @@ class MoEOutput(NamedTuple):
     logits: Tensor  # (N, E) gate logits
     gate_embedding: Tensor  # (N, G) last hidden layer of the gate
     groups: tuple[ExpertGroup, ...]  # expert stacks (DS-MoE has a shared and a routed one)
-    aux: dict[str, Tensor]  # auxiliary losses, e.g. "load_balance"
+    aux: AuxLosses = AuxLosses()
 
     def phi(self, layer: int = -1, weighted: bool = True) -> Tensor:
         """Dense Phi (N, m): concatenated (routing-weighted) expert features of a hidden layer (SPHERE §4.4).
@@ -134,7 +150,7 @@ class RoutedMoE(nn.Module):
     def forward(self, x: Tensor) -> MoEOutput:
         emb, logits, routing = self.route(x)
         out, group = run_routed(self.experts, x, routing)
-        aux = {"load_balance": load_balance_loss(logits, routing.mask)}
+        aux = AuxLosses(load_balance=load_balance_loss(logits, routing.mask))
         return MoEOutput(out, routing.probs, routing.indices, logits, emb, (group,), aux)
 
 
@@ -204,7 +220,7 @@ class DSMoE(nn.Module):
             sp = self.shared(x.repeat(s, 1), sd.counts, sd.expert_idx if s > 1 else None)
             out = out + _combine(sd, sp.out, self.out_dim)
             groups.insert(0, ExpertGroup(sd, sp))
-        aux = {"load_balance": load_balance_loss(logits, routing.mask)}
+        aux = AuxLosses(load_balance=load_balance_loss(logits, routing.mask))
         return MoEOutput(out, routing.probs, routing.indices, logits, emb, tuple(groups), aux)
 
 
@@ -243,7 +259,7 @@ class SoftMoE(nn.Module):
         out = _combine(dispatch, ep.out, self.out_dim)
         mask = torch.ones_like(probs, dtype=torch.bool)
         indices = torch.arange(e, device=x.device).expand(n, e)
-        aux = {"load_balance": load_balance_loss(scores.mean(1), mask)}
+        aux = AuxLosses(load_balance=load_balance_loss(scores.mean(1), mask))
         return MoEOutput(out, probs, indices, scores.mean(1), tokens.mean(1), (ExpertGroup(dispatch, ep),), aux)
 
 
@@ -280,4 +296,4 @@ class DenseMLP(nn.Module):
         ones = x.new_ones(n, 1)
         dispatch = Dispatch(torch.arange(n, device=x.device), x.new_zeros(n, dtype=torch.long), ones[:, 0], (n,), n)
         indices = torch.zeros(n, 1, dtype=torch.long, device=x.device)
-        return MoEOutput(ep.out, ones, indices, x.new_zeros(n, 1), x.new_zeros(n, 0), (ExpertGroup(dispatch, ep),), {})
+        return MoEOutput(ep.out, ones, indices, x.new_zeros(n, 1), x.new_zeros(n, 0), (ExpertGroup(dispatch, ep),))

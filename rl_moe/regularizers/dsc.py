@@ -4,7 +4,7 @@ L = lambda_1 L_aux + lambda_2 L_budget + lambda_3 L_frame + lambda_z L_z (Eq. 13
 L_aux = M sum_j P_j^2 (Eq. 9, load balance), L_budget = max(0, mu - mean S)^2 (Eq. 10, signal
 preservation), L_frame the frame potential of the atom banks (Eq. 11) and L_z the squared
 log-partition of the router logits (Eq. 12). The network computes them on the minibatch
-(``MoEOutput.aux``, summed over its DSC branches; the budget per branch); this regularizer names,
+(``MoEOutput.aux.dsc``, summed over its DSC branches; the budget per branch); this regularizer names,
 weights and returns them. Defaults are the paper's App. A.3 settings.
 """
 
@@ -73,14 +73,14 @@ class DSCAux(Regularizer):
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         terms = []
         for step in ctx.active(self.roles):
-            outs = [out for _, out in step.pairs() if "dsc_signal" in out.aux]
+            outs = [out.aux.dsc for _, out in step.pairs() if out.aux.dsc is not None]
             if not outs:
                 continue
             losses = {
-                "balance": sum(o.aux["dsc_balance"] for o in outs),
-                "budget": sum(budget_loss(o.aux["dsc_signal"], self.config.mu) for o in outs),
-                "frame": sum(o.aux["dsc_frame"] for o in outs),
-                "z": sum(o.aux["dsc_z"] for o in outs),
+                "balance": sum(o.balance for o in outs),
+                "budget": sum(budget_loss(o.signal, self.config.mu) for o in outs),
+                "frame": sum(o.frame for o in outs),
+                "z": sum(o.z for o in outs),
             }
             suffix = "" if len(self.roles) == 1 else f"_{step.role.name}"
             terms += [Penalty(f"dsc_{t}{suffix}", losses[t], self.coefs[t]) for t in TERMS]

@@ -2,7 +2,7 @@
 
 L = lambda * E * sum_e f_e P_e, f_e the fraction of routed (state, expert) pairs that go to e and
 P_e the mean gate probability of e over the minibatch; 1 at uniform routing, its minimum. Read from
-``MoEOutput.aux["load_balance"]`` (computed by the network on the training minibatch); networks
+``MoEOutput.aux.load_balance`` (computed by the network on the training minibatch); networks
 without a router (dense MLP) add nothing.
 """
 
@@ -46,7 +46,7 @@ class LoadBalance(Regularizer):
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         terms = []
         for step in ctx.active(self.roles):
-            losses = [out.aux["load_balance"] for _, out in step.pairs() if "load_balance" in out.aux]
+            losses = [out.aux.load_balance for _, out in step.pairs() if out.aux.load_balance is not None]
             if losses:
                 name = self.name if len(self.roles) == 1 else f"{self.name}_{step.role.name}"
                 terms.append(Penalty(name, sum(losses), self.config.coef))
