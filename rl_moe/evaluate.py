@@ -34,12 +34,11 @@ from rl_moe.continual.methods import get_method
 from rl_moe.continual.results import write_json_atomic
 from rl_moe.continual.scheduler import ContinualScheduler
 from rl_moe.nn import EVRerouted
+from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
 from rl_moe.rundir import RunDir
 
 #: Actor network kinds whose Top-K router the EV router can stand in for.
 REROUTABLE_KINDS: tuple[str, ...] = ("topk", "sdmoe", "ssmoe")
-#: Where each policy keeps its actor network: (owner attribute path, attribute).
-ACTOR_SLOTS: tuple[tuple[str, str], ...] = (("mlp_extractor", "actor_net"), ("actor", "net"))
 
 
 def _ssmoe(net: nn.Module, alpha: float, top_c: int) -> nn.Module:
@@ -114,12 +113,9 @@ def check_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
 
 def reroute_actor(policy: nn.Module, router: str, alpha: float, top_c: int) -> None:
     """Replace the policy's actor network by its re-routed version (same parameters)."""
-    for owner_path, name in ACTOR_SLOTS:
-        owner = getattr(policy, owner_path, None)
-        if owner is not None and isinstance(getattr(owner, name, None), nn.Module):
-            setattr(owner, name, ROUTERS[router](getattr(owner, name), alpha, top_c))
-            return
-    raise UsageError(f"cannot find the actor network of {type(policy).__name__}; valid choices: MoEActorCriticPolicy, MoETD3Policy")
+    if not isinstance(policy, (MoEActorCriticPolicy, MoETD3Policy)):
+        raise UsageError(f"cannot find the actor network of {type(policy).__name__}; valid choices: MoEActorCriticPolicy, MoETD3Policy")
+    policy.replace_actor_network(lambda net: ROUTERS[router](net, alpha, top_c))
 
 
 def reevaluate(run_dir: Path, cfg: Any, results: dict[str, Any], router: str, alpha: float, top_c: int, episodes: int, device: str) -> list[list[float | None]]:

@@ -21,6 +21,7 @@ from rl_moe.algos.ppo_loss import ppo_losses
 from rl_moe.algos.td3 import td3_actor_loss
 from rl_moe.diagnostics.views import NetView
 from rl_moe.maths import grads_norm
+from rl_moe.nn import MoENetwork
 
 
 class ActorGrad(NamedTuple):
@@ -78,6 +79,5 @@ def actor_grad(model: BaseAlgorithm, view: NetView, obs: Tensor, n_states: int =
         grads = torch.autograd.grad(loss, params, allow_unused=True)
     by_id = {id(p): g for p, g in zip(params, grads)}
     norm = float(grads_norm(g.detach().to(torch.float64) for g in grads if g is not None))
-    experts = getattr(view.module, "experts", None)
-    weights = list(getattr(experts, "weights", []))
+    weights = list(view.module.experts.weights) if isinstance(view.module, MoENetwork) else []
     return ActorGrad(norm, [by_id.get(id(w)) for w in weights])

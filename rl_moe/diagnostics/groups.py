@@ -18,8 +18,7 @@ from rl_moe.diagnostics.slq import SlqConfig, slq_entk_rank
 from rl_moe.diagnostics.spectral import gate_input_directions, sdmoe_metrics
 from rl_moe.diagnostics.ssmoe import ssmoe_metrics
 from rl_moe.diagnostics.views import NetView
-from rl_moe.nn import MoEOutput, StackedExperts
-from rl_moe.nn.moe import GateMLP
+from rl_moe.nn import MoENetwork, MoEOutput, StackedExperts
 from rl_moe.nn.ssmoe import gate_directions
 
 
@@ -76,24 +75,18 @@ def routing_group(view: NetView, obs: Tensor, knn: int = 10, suffix: str = "") -
 
 
 def routed_experts(module: nn.Module) -> StackedExperts | None:
-    """The routed expert stack of a MoE network (``.experts``), if any."""
-    experts = getattr(module, "experts", None)
-    return experts if isinstance(experts, StackedExperts) and experts.n_experts > 1 else None
+    """The routed expert stack of a MoE network, if any."""
+    return module.routed_experts() if isinstance(module, MoENetwork) else None
 
 
 def gate_rows(module: nn.Module) -> Tensor | None:
     """Learned router rows (E, G): the gate's logit layer, or SoftMoE's slot keys."""
-    gate = getattr(module, "gate", None)
-    if gate is not None and hasattr(gate, "logits"):
-        return gate.logits.weight.detach()
-    keys = getattr(module, "slot_keys", None)
-    return keys.detach().T if keys is not None else None
+    return module.router_rows() if isinstance(module, MoENetwork) else None
 
 
 def _routed_k(module: nn.Module, result: MoEOutput) -> int:
     """Experts per state of the learned router (DS-MoE: its routed top-k)."""
-    k = getattr(module, "routed_k", None) or getattr(getattr(module, "cfg", None), "top_k", None)
-    return int(k) if k is not None else int(result.indices.shape[1])
+    return module.routed_top_k() if isinstance(module, MoENetwork) else int(result.indices.shape[1])
 
 
 def spectral_group(
@@ -115,8 +108,8 @@ def spectral_group(
     out.update(geometry_metrics(weights, rows))
     srank = stable_rank(weights[-2])  # (E,) each expert's last hidden layer
     out.update(expert_stable_rank=float(srank.mean()), expert_stable_rank_min=float(srank.min()))
-    gate = getattr(view.module, "gate", None)
-    if isinstance(gate, GateMLP):
+    gate = view.module.gate_mlp() if isinstance(view.module, MoENetwork) else None
+    if gate is not None:
         # The EV router as SSMoE's layer builds it (the gate's linear pull-back, which depends on
         # the weights only), compared with the learned gate's own logits s(x), not the network's
         # routing logits (log P on an SSMoE net).

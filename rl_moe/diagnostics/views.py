@@ -14,7 +14,7 @@ import torch
 from stable_baselines3.common.policies import ActorCriticPolicy
 from torch import Tensor, nn
 
-from rl_moe.nn import Dispatch, ExpertGroup, ExpertPass, MoEOutput
+from rl_moe.nn import Dispatch, ExpertGroup, ExpertPass, MoENetwork, MoEOutput
 from rl_moe.policies import HasRoles, Role, policy_roles
 
 _NOT_ACTIVATIONS = (nn.Linear, nn.LayerNorm, nn.Dropout, nn.Flatten, nn.Identity)
@@ -69,7 +69,7 @@ class SequentialAsMoE(nn.Module):
 
 
 def _is_moe_net(module: nn.Module) -> bool:
-    return int(getattr(module, "n_experts", 1)) > 1
+    return isinstance(module, MoENetwork) and module.n_experts > 1
 
 
 def _ppo_features(policy: nn.Module, obs: Tensor, critic: bool) -> Tensor:

@@ -15,6 +15,8 @@ from rl_moe.nn.moe import (
     width_multiplier_for_params,
 )
 from rl_moe.nn.build import NETWORKS, build_network
+from rl_moe.nn.gate import GateMLP
+from rl_moe.nn.parts import MoENetwork, NetworkParts
 from rl_moe.nn.companions import EVRerouted, SDMoE, SSMoE
 from rl_moe.nn.dsc import DSCNet
 from rl_moe.nn.sdmoe import SpectralExperts
@@ -36,7 +38,10 @@ __all__ = [
     "Dispatch",
     "ExpertGroup",
     "ExpertPass",
+    "GateMLP",
+    "MoENetwork",
     "MoEOutput",
+    "NetworkParts",
     "NetConfig",
     "RoutedMoE",
     "Routing",

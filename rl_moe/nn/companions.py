@@ -11,7 +11,9 @@ from torch import Tensor, nn
 
 from rl_moe.nn.config import NetConfig
 from rl_moe.nn.experts import StackedExperts
-from rl_moe.nn.moe import AuxLosses, GateMLP, MoEOutput, RoutedMoE, load_balance_loss, run_routed
+from rl_moe.nn.gate import GateMLP
+from rl_moe.nn.moe import AuxLosses, MoEOutput, RoutedMoE, load_balance_loss, run_routed
+from rl_moe.nn.parts import NetworkParts
 from rl_moe.nn.routing import Routing, topk_routing
 from rl_moe.nn.sdmoe import sdmoe_experts
 from rl_moe.nn.ssmoe import gate_directions, input_embeddings, mixed_probs, ssmoe_routing
@@ -61,7 +63,7 @@ class SSMoE(RoutedMoE):
         return ev_mixed_route(self.gate, self.experts, x, cfg.top_k, cfg.temperature, cfg.ssmoe_alpha, cfg.ssmoe_top_c)
 
 
-class EVRerouted(nn.Module):
+class EVRerouted(NetworkParts, nn.Module):
     """A trained Top-K-routed network evaluated with SSMoE's mixed router, training-free (SSMoE
     §3: the EV router needs no training). Shares every parameter of ``net``.
 
@@ -74,6 +76,17 @@ class EVRerouted(nn.Module):
         super().__init__()
         self.net, self.alpha, self.top_c = net, alpha, top_c
         self.n_experts, self.in_dim, self.out_dim = net.n_experts, net.in_dim, net.out_dim
+
+    @property
+    def cfg(self) -> NetConfig:
+        return self.net.cfg
+
+    @property
+    def experts(self) -> StackedExperts:
+        return self.net.experts
+
+    def gate_mlp(self) -> GateMLP:
+        return self.net.gate
 
     def forward(self, x: Tensor) -> MoEOutput:
         cfg = self.net.cfg

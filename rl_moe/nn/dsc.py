@@ -28,6 +28,7 @@ from rl_moe.nn.config import NetConfig
 from rl_moe.nn.experts import ACTIVATION_FNS, ExpertPass, StackedExperts
 
 from rl_moe.nn.moe import AuxLosses, DSCLosses, ExpertGroup, MoEOutput, expert_param_count, gate_param_count
+from rl_moe.nn.parts import NetworkParts
 from rl_moe.nn.routing import Dispatch
 
 #: eps of Eq. 3 (atom normalization) and Eq. 5 (simplex division).
@@ -132,13 +133,13 @@ def dsc_layout(in_dim: int, out_dim: int, cfg: NetConfig) -> DSCLayout:
     return DSCLayout(m, trunk + fixed + m * per_atom, target)
 
 
-class DSCNet(nn.Module):
+class DSCNet(NetworkParts, nn.Module):
     """Dense trunk (the experts' depth and width) with a DSC branch on every hidden layer.
 
     ``MoEOutput`` reports the trunk as one expert of weight 1 (so SPHERE and the diagnostics see
     its features) and the last branch's routing: ``probs`` (N, M) the simplex direction phi/S on
     the selected atoms, ``indices`` (N, K), ``logits`` (N, M). ``aux.dsc`` holds the balance,
-    ``dsc_frame`` and ``dsc_z`` summed over branches and ``dsc_signal`` (L,), each branch's batch
+    frame and z terms summed over branches and ``signal`` (L,), each branch's batch
     mean S for the budget loss (Eq. 10), whose target mu belongs to the regularizer.
     """
 

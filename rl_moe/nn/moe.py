@@ -13,7 +13,9 @@ import torch
 from torch import Tensor, nn
 
 from rl_moe.nn.config import NetConfig
-from rl_moe.nn.experts import ACTIVATION_FNS, ACTIVATION_GAINS, ExpertPass, StackedExperts
+from rl_moe.nn.experts import ExpertPass, StackedExperts
+from rl_moe.nn.gate import GateMLP
+from rl_moe.nn.parts import NetworkParts
 from rl_moe.nn.routing import ROUTERS, Dispatch, Routing, full_dispatch, make_dispatch, static_dispatch
 from rl_moe.nn.static import static_shapes_enabled
 
@@ -96,43 +98,7 @@ def load_balance_loss(logits: Tensor, mask: Tensor) -> Tensor:
     return n_experts * (fraction * mean_prob).sum()
 
 
-class GateMLP(nn.Module):
-    """Gate network: observation -> hidden (the gate embedding) -> E logits."""
-
-    def __init__(self, in_dim: int, n_experts: int, cfg: NetConfig) -> None:
-        super().__init__()
-        layers: list[nn.Module] = []
-        last = in_dim
-        for width in cfg.gate_hidden:
-            layers.append(nn.Linear(last, width))
-            if cfg.layer_norm:
-                layers.append(nn.LayerNorm(width))
-            layers.append(_Activation(cfg.activation))
-            last = width
-        self.body = nn.Sequential(*layers)
-        self.logits = nn.Linear(last, n_experts)
-        for module in self.body:
-            if isinstance(module, nn.Linear):
-                nn.init.orthogonal_(module.weight, gain=ACTIVATION_GAINS[cfg.activation])
-                nn.init.zeros_(module.bias)
-        nn.init.orthogonal_(self.logits.weight, gain=1.0)
-        nn.init.zeros_(self.logits.bias)
-
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        emb = self.body(x)  # (N, G)
-        return emb, self.logits(emb)  # (N, E)
-
-
-class _Activation(nn.Module):
-    def __init__(self, name: str) -> None:
-        super().__init__()
-        self.name = name
-
-    def forward(self, x: Tensor) -> Tensor:
-        return ACTIVATION_FNS[self.name](x)
-
-
-class RoutedMoE(nn.Module):
+class RoutedMoE(NetworkParts, nn.Module):
     """Top-K, Dense-MoE or expert-choice MoE over full-MLP experts."""
 
     def __init__(self, in_dim: int, out_dim: int, cfg: NetConfig, out_gain: float = 1.0) -> None:
@@ -142,6 +108,9 @@ class RoutedMoE(nn.Module):
         self.router = ROUTERS[cfg.kind]
         self.gate = GateMLP(in_dim, cfg.n_experts, cfg)
         self.experts = StackedExperts(cfg.n_experts, in_dim, cfg.hidden, out_dim, cfg.activation, cfg.layer_norm, out_gain)
+
+    def gate_mlp(self) -> GateMLP:
+        return self.gate
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor, Routing]:
         emb, logits = self.gate(x)
@@ -187,7 +156,7 @@ def ds_layout(in_dim: int, out_dim: int, cfg: NetConfig) -> tuple[int, int, tupl
     return n_routed, routed_k, fine
 
 
-class DSMoE(nn.Module):
+class DSMoE(NetworkParts, nn.Module):
     """DeepSeekMoE-style layer: always-active shared experts (weight 1 each) + fine routed experts.
 
     The shared experts' outputs are added with weight 1, as in DeepSeekMoE; routed experts use the
@@ -205,6 +174,15 @@ class DSMoE(nn.Module):
             if cfg.n_shared > 0
             else None
         )
+
+    def expert_stacks(self) -> tuple[StackedExperts, ...]:
+        return (self.experts,) if self.shared is None else (self.shared, self.experts)
+
+    def gate_mlp(self) -> GateMLP:
+        return self.gate
+
+    def routed_top_k(self) -> int:
+        return self.routed_k
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor, Routing]:
         emb, logits = self.gate(x)
@@ -224,7 +202,7 @@ class DSMoE(nn.Module):
         return MoEOutput(out, routing.probs, routing.indices, logits, emb, tuple(groups), aux)
 
 
-class SoftMoE(nn.Module):
+class SoftMoE(NetworkParts, nn.Module):
     """Soft MoE (Puigcerver et al. 2023, arXiv:2308.00951) adapted to vector observations.
 
     Design: a learned linear tokenizer turns the observation into T = E tokens of width ``in_dim``;
@@ -242,6 +220,9 @@ class SoftMoE(nn.Module):
         self.tokenizer = nn.Linear(in_dim, e * in_dim)
         self.slot_keys = nn.Parameter(torch.randn(in_dim, e) / math.sqrt(in_dim))
         self.experts = StackedExperts(e, in_dim, cfg.hidden, out_dim, cfg.activation, cfg.layer_norm, out_gain)
+
+    def router_rows(self) -> Tensor:
+        return self.slot_keys.detach().T  # (E, in): each slot's key
 
     def forward(self, x: Tensor) -> MoEOutput:
         n, e, d = x.shape[0], self.n_experts, self.in_dim
@@ -280,7 +261,7 @@ def width_multiplier_for_params(in_dim: int, out_dim: int, hidden: tuple[int, ..
     return hi
 
 
-class DenseMLP(nn.Module):
+class DenseMLP(NetworkParts, nn.Module):
     """Dense baseline with the experts' depth and width: one expert of weight 1."""
 
     def __init__(self, in_dim: int, out_dim: int, cfg: NetConfig, out_gain: float = 1.0) -> None:

@@ -24,6 +24,7 @@ from torch.nn.utils import parametrize
 
 from rl_moe.maths import SingularPair, power_iteration, top_singular_value
 from rl_moe.nn.experts import StackedExperts
+from rl_moe.nn.parts import MoENetwork
 
 
 class StackedSpectralNorm(nn.Module):
@@ -86,7 +87,7 @@ class WeightRef(NamedTuple):
 
 def expert_stacks(net: nn.Module) -> list[StackedExperts]:
     """The expert stacks of a rl_moe network, in the order of ``MoEOutput.groups``."""
-    return [s for s in (getattr(net, "shared", None), getattr(net, "experts", None)) if isinstance(s, StackedExperts)]
+    return list(net.expert_stacks()) if isinstance(net, MoENetwork) else []
 
 
 def hidden_weights(net: nn.Module) -> list[WeightRef]:
@@ -98,9 +99,9 @@ def hidden_weights(net: nn.Module) -> list[WeightRef]:
     stacks = expert_stacks(net)
     if stacks:
         refs = [WeightRef(s.weights, str(i), True) for s in stacks for i in range(s.n_layers - 1)]
-        body = getattr(getattr(net, "gate", None), "body", None)
-        if body is not None:
-            refs += [WeightRef(m, "weight", False) for m in body.modules() if isinstance(m, nn.Linear)]
+        gate = net.gate_mlp() if isinstance(net, MoENetwork) else None
+        if gate is not None:
+            refs += [WeightRef(m, "weight", False) for m in gate.body.modules() if isinstance(m, nn.Linear)]
         return refs
     linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
     return [WeightRef(m, "weight", False) for m in linears[:-1]]

@@ -6,6 +6,7 @@ SB3's ``action_net`` is the identity; the log-std is SB3's state-independent par
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -121,6 +122,11 @@ class MoEActorCriticPolicy(ActorCriticPolicy):
     def critic_net(self) -> nn.Module:
         """The critic network (obs features -> :class:`MoEOutput` whose ``out`` is V)."""
         return self.mlp_extractor.critic_net
+
+    def replace_actor_network(self, wrap: Callable[[nn.Module], nn.Module]) -> None:
+        """Put ``wrap(actor network)`` in its place, e.g. an evaluation-time router sharing its
+        parameters (``python -m rl_moe.evaluate --router``)."""
+        self.mlp_extractor.actor_net = wrap(self.mlp_extractor.actor_net)
 
     def roles(self) -> dict[str, Role]:
         """The actor and critic networks, both stepped by the policy's one optimizer."""

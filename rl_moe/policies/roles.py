@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import torch
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.td3.policies import TD3Policy
 from torch import nn
 
 #: Role names, in the order policies list them.
@@ -45,23 +47,18 @@ def sb3_roles(policy: nn.Module) -> dict[str, Role]:
 
     :raises ValueError: for a policy of neither layout
     """
-    if hasattr(policy, "mlp_extractor") and hasattr(policy, "action_net"):
-        opt = getattr(policy, "optimizer", None)
+    if isinstance(policy, ActorCriticPolicy):
         extractor = policy.mlp_extractor
         return {
-            "actor": Role("actor", (extractor.policy_net, policy.action_net), opt),
-            "critic": Role("critic", (extractor.value_net, policy.value_net), opt),
+            "actor": Role("actor", (extractor.policy_net, policy.action_net), policy.optimizer),
+            "critic": Role("critic", (extractor.value_net, policy.value_net), policy.optimizer),
         }
-    actor, critic = getattr(policy, "actor", None), getattr(policy, "critic", None)
-    if hasattr(actor, "mu") and hasattr(critic, "q_networks"):
-        actor_target, critic_target = getattr(policy, "actor_target", None), getattr(policy, "critic_target", None)
+    if isinstance(policy, TD3Policy):
+        actor, critic = policy.actor, policy.critic
         return {
-            "actor": Role("actor", (actor.mu,), actor.optimizer, (actor_target.mu,) if actor_target is not None else ()),
-            "critic": Role(
-                "critic", tuple(critic.q_networks), critic.optimizer,
-                tuple(critic_target.q_networks) if critic_target is not None else (),
-            ),
-        }  # fmt: skip
+            "actor": Role("actor", (actor.mu,), actor.optimizer, (policy.actor_target.mu,)),
+            "critic": Role("critic", tuple(critic.q_networks), critic.optimizer, tuple(policy.critic_target.q_networks)),
+        }
     raise ValueError(f"cannot find the roles of {type(policy).__name__}; valid choices: a rl_moe or SB3 PPO/TD3 policy")
 
 

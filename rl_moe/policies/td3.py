@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -152,6 +153,11 @@ class MoETD3Policy(TD3Policy):
         for key in ("net_arch", "activation_fn"):
             data.pop(key, None)
         return data
+
+    def replace_actor_network(self, wrap: Callable[[nn.Module], nn.Module]) -> None:
+        """Put ``wrap(actor network)`` in its place for acting (the target copy keeps the trained
+        network), e.g. an evaluation-time router sharing its parameters."""
+        self.actor.net = wrap(self.actor.net)
 
     def roles(self) -> dict[str, Role]:
         """The actor network and the Q-networks, each side with its optimizer and target copies."""

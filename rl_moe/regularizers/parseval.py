@@ -17,6 +17,7 @@ from typing import Any
 from torch import Tensor
 
 from rl_moe.nn.experts import ACTIVATION_GAINS
+from rl_moe.nn.parts import MoENetwork
 from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
 from rl_moe.policies import Role
 from rl_moe.regularizers.targets import TARGETS, WeightRef, build_config, check_target, role_hidden_weights
@@ -31,9 +32,8 @@ def parseval_loss(w: Tensor, scale: float) -> Tensor:
 
 def _activation_scale(role: Role) -> float:
     for net in role.networks:
-        cfg = getattr(net, "cfg", None)
-        if cfg is not None:
-            return ACTIVATION_GAINS[cfg.activation] ** 2
+        if isinstance(net, MoENetwork):
+            return ACTIVATION_GAINS[net.cfg.activation] ** 2
     return 2.0
 
 

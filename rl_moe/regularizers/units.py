@@ -20,9 +20,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from rl_moe.nn import ExpertPass, StackedExperts
+from rl_moe.nn import ExpertPass, GateMLP, MoENetwork, StackedExperts
 from rl_moe.nn.experts import ACTIVATION_GAINS
-from rl_moe.nn.moe import GateMLP
 from rl_moe.nn.routing import Dispatch
 from rl_moe.regularizers.targets import expert_stacks
 
@@ -177,7 +176,7 @@ def unit_layers(net: nn.Module, out: Any, gate: bool) -> list[tuple[UnitLayer, U
         for stack, group in zip(expert_stacks(net), out.groups)
         for layer in range(len(group.expert.hidden))
     ]
-    g = getattr(net, "gate", None)
-    if gate and isinstance(g, GateMLP) and len(g.body) > 0:
+    g = net.gate_mlp() if isinstance(net, MoENetwork) else None
+    if gate and g is not None and len(g.body) > 0:
         layers.append((GateUnits(g), gate_stats(out.gate_embedding)))
     return layers
