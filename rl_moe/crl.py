@@ -139,7 +139,7 @@ def prepare(args: argparse.Namespace) -> tuple[RunConfig, Path]:
             check_reference(args.reference)
             cfg = dataclasses.replace(cfg, reference=str(Path(args.reference).resolve()))
         return cfg, run_dir
-    args = argparse.Namespace(**{**vars(args), **{k: v for k, v in _DEFAULTS.items() if getattr(args, k) is None}})
+    args = argparse.Namespace(**{**vars(args), **{k: v for k, v in _DEFAULTS.items() if vars(args)[k] is None}})
     req = RunRequest(
         suite=args.suite, algo=args.algo, method=args.method, protocol=args.protocol, seed=args.seed,
         steps_per_task=args.steps_per_task, tasks=args.tasks, device=args.device, vec_env=args.vec_env,
@@ -156,7 +156,7 @@ def _rollout_note(cfg: RunConfig) -> str:
     if actual == cfg.steps_per_task:
         return ""
     spec = get_learner(cfg.algo)
-    rollout = spec.rollout(getattr(cfg, spec.name))
+    rollout = spec.rollout(cfg.learner_settings)
     return f"note: {spec.name.upper()} collects {rollout:,}-step rollouts, so each task runs {actual:,} steps (asked: {cfg.steps_per_task:,})"
 
 
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run {run_dir} is already complete; nothing to do{ignored}")
         return 0
     try:
-        threads = split_threads(parse_threads(args.threads), cfg.vec_env, getattr(cfg, cfg.algo).n_envs)
+        threads = split_threads(parse_threads(args.threads), cfg.vec_env, cfg.learner_settings.n_envs)
     except UsageError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
+from rl_moe.continual.config import SECTIONS, RunConfig
 from rl_moe.continual.envs import EnvFactory, resolve_vec_env_type, task_factories
 from rl_moe.continual.errors import MissingDependencyError, UsageError
 from rl_moe.continual.suites import builtin_suites, load_suite
@@ -347,3 +349,11 @@ def test_suite_network_defaults_sit_under_preset_and_set(tmp_path: Path, capsys:
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and message in err, err
     assert not (tmp_path / "runs").exists()
+
+
+def test_run_config_sections_are_the_settable_sections_and_pick_the_learners():
+    cfg = RunConfig(suite="smoke", suite_data={}, tasks=("a",), algo="td3")
+    assert set(cfg.sections()) == set(SECTIONS)
+    assert all(isinstance(v, SECTIONS[k]) for k, v in cfg.sections().items())
+    assert cfg.learner_settings is cfg.td3
+    assert dataclasses.replace(cfg, algo="ppo").learner_settings is cfg.ppo

@@ -89,10 +89,13 @@ class RegularizedMixin:
 
     def _setup_model(self) -> None:
         super()._setup_model()  # type: ignore[misc]
-        if not hasattr(self, "regularizers"):
-            self._init_regularizers(())
         for reg in self.regularizers:
             reg.on_training_start(self)  # type: ignore[arg-type]
+
+    def flush_update_logs(self) -> None:
+        """Write the last update's pending ``train/*`` values at the current step; each learner
+        defines when SB3 would otherwise leave them unwritten."""
+        raise NotImplementedError
 
     def start_task(self, task_index: int) -> None:
         """Notify every regularizer that task ``task_index`` begins (continual scheduler hook)."""

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 import torch
 from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import RolloutBufferSamples
 from stable_baselines3.common.utils import explained_variance
 from torch import Tensor
@@ -107,7 +108,7 @@ def _flat_shape(array: Any) -> tuple[int, ...]:
     return (shape[0] * shape[1], *shape[2:])
 
 
-def _forget_distribution(policy: torch.nn.Module) -> None:
+def _forget_distribution(policy: ActorCriticPolicy) -> None:
     """Drop SB3's action distribution of the policy's last forward (it holds the mean actions).
 
     One made with gradients outside the capture (by the plasticity probe's actor gradient, say)
@@ -115,9 +116,7 @@ def _forget_distribution(policy: torch.nn.Module) -> None:
     backward would then wait on that stream, which invalidates the capture. (The MoE outputs are
     returned to the caller, never kept on the policy.)
     """
-    dist = getattr(policy, "action_dist", None)
-    if getattr(dist, "distribution", None) is not None:
-        dist.distribution = None  # type: ignore[union-attr]
+    policy.action_dist.distribution = None  # type: ignore[attr-defined]  # every SB3 Distribution has it
 
 
 class _Graph(NamedTuple):
@@ -332,7 +331,7 @@ class FastPPOUpdate:
 
         buffer = algo.rollout_buffer
         logger.record("train/explained_variance", explained_variance(buffer.values.flatten(), buffer.returns.flatten()))
-        if hasattr(algo.policy, "log_std"):
+        if hasattr(algo.policy, "log_std"):  # as SB3: only Gaussian policies have a log-std
             logger.record("train/std", torch.exp(algo.policy.log_std).mean().item())
         logger.record("train/n_updates", algo._n_updates, exclude="tensorboard")
         logger.record("train/clip_range", clip_range)

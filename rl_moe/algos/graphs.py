@@ -58,7 +58,7 @@ def reset_cuda_generators() -> None:
     keeps the seed and offset without the mark.
     """
     for gen in torch.cuda.default_generators:
-        if hasattr(gen, "graphsafe_set_state"):
+        if hasattr(gen, "graphsafe_set_state"):  # feature detection: newer torch only
             gen.graphsafe_set_state(gen.clone_state())
 
 

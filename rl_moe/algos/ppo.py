@@ -156,7 +156,7 @@ class MoEPPO(RegularizedMixin, PPO):
         self.logger.record("train/clip_fraction", np.mean(clip_fractions))
         self.logger.record("train/loss", loss.item())
         self.logger.record("train/explained_variance", explained_var)
-        if hasattr(self.policy, "log_std"):
+        if hasattr(self.policy, "log_std"):  # as SB3: only Gaussian policies have a log-std
             self.logger.record("train/std", torch.exp(self.policy.log_std).mean().item())
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/clip_range", clip_range)

@@ -62,7 +62,7 @@ def ppo_losses(
     values, log_prob, entropy, actor_output, critic_output = evaluate_actions(algo.policy, batch.observations, actions)
     values = values.flatten()
     advantages = batch.advantages
-    if getattr(algo, "normalize_advantage", True) and len(advantages) > 1:
+    if algo.normalize_advantage and len(advantages) > 1:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     log_ratio = log_prob - batch.old_log_prob
     ratio = torch.exp(log_ratio)
@@ -74,5 +74,5 @@ def ppo_losses(
         values_pred = batch.old_values + torch.clamp(values - batch.old_values, -clip_range_vf, clip_range_vf)
     value_loss = F.mse_loss(batch.returns, values_pred)
     entropy_loss = torch.mean(log_prob) if entropy is None else -torch.mean(entropy)
-    actor_loss = policy_loss + float(getattr(algo, "ent_coef", 0.0)) * entropy_loss
+    actor_loss = policy_loss + float(algo.ent_coef) * entropy_loss
     return PPOLosses(policy_loss, value_loss, entropy_loss, actor_loss, ratio, log_ratio, actor_output, critic_output)

@@ -44,11 +44,11 @@ class OpCounts(NamedTuple):
 
 
 def _inside(event: object, scopes: tuple[str, ...]) -> bool:
-    parent = getattr(event, "cpu_parent", None)
+    parent = getattr(event, "cpu_parent", None)  # torch.profiler events: only some have a parent
     while parent is not None:
         if parent.name.startswith(scopes):
             return True
-        parent = getattr(parent, "cpu_parent", None)
+        parent = getattr(parent, "cpu_parent", None)  # as above
     return False
 
 

@@ -8,6 +8,7 @@ import numpy as np
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.vec_env import VecEnv
 
+from rl_moe.algos.common import RegularizedMixin
 from rl_moe.continual.config import RunConfig
 from rl_moe.continual.learners import get_learner
 from rl_moe.continual.methods import build_regularizers, get_method
@@ -57,7 +58,7 @@ def build_model(cfg: RunConfig, env: VecEnv, device: str) -> BaseAlgorithm:
     method = get_method(cfg.method)
     regs = build_regularizers(method.regularizers, cfg.regularizers)
     common: dict[str, Any] = {"seed": cfg.seed, "device": device, "verbose": 0, "policy_kwargs": policy_kwargs}
-    return spec.build(getattr(cfg, spec.name), env, regs, common)
+    return spec.build(cfg.learner_settings, env, regs, common)
 
 
 def begin_task(model: BaseAlgorithm, cfg: RunConfig, task_index: int, global_step: int) -> None:
@@ -69,7 +70,6 @@ def begin_task(model: BaseAlgorithm, cfg: RunConfig, task_index: int, global_ste
     """
     model.num_timesteps = global_step
     spec = get_learner(cfg.algo)
-    spec.start_task(model, getattr(cfg, spec.name), global_step, cfg.steps_per_task)
-    start_task = getattr(model, "start_task", None)
-    if callable(start_task):
-        start_task(task_index)
+    spec.start_task(model, cfg.learner_settings, global_step, cfg.steps_per_task)
+    if isinstance(model, RegularizedMixin):  # every learner the scheduler builds
+        model.start_task(task_index)

@@ -47,7 +47,8 @@ class NetSettings(NetConfig):
 
     def network(self, **choices: Any) -> NetConfig:
         """The :class:`NetConfig` of one side: these fields with ``choices`` replacing some."""
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(NetConfig)}
+        names = {f.name for f in dataclasses.fields(NetConfig)}
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if k in names}
         return NetConfig(**{**fields, **choices})
 
 
@@ -118,11 +119,19 @@ class RunConfig:
     def suite_name(self) -> str:
         return str(self.suite_data.get("name", self.suite))
 
+    def sections(self) -> dict[str, Any]:
+        """The ``--set``-able settings sections by name (the keys of :data:`SECTIONS`)."""
+        return {"net": self.net, "ppo": self.ppo, "td3": self.td3, "eval": self.eval, "probe": self.probe}
+
+    @property
+    def learner_settings(self) -> Any:
+        """The settings section of the run's learner (its ``ppo`` or ``td3`` section)."""
+        return self.sections()[get_learner(self.algo).name]
+
     @property
     def effective_steps_per_task(self) -> int:
         """Env steps a task really runs: the learner's whole rollouts (PPO: n_envs * n_steps)."""
-        spec = get_learner(self.algo)
-        return spec.steps_per_task(getattr(self, spec.name), self.steps_per_task)
+        return get_learner(self.algo).steps_per_task(self.learner_settings, self.steps_per_task)
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(dataclasses.asdict(self))
@@ -203,7 +212,7 @@ def parse_value(text: str, hint: Any, key: str) -> Any:
         if hint is str:
             return text
     except (ValueError, OverflowError):
-        what = "finite float" if hint is float else getattr(hint, "__name__", hint)
+        what = "finite float" if hint is float else hint.__name__ if isinstance(hint, type) else str(hint)
         raise UsageError(f"bad value {text!r} for {key}: expected {'an' if what == 'int' else 'a'} {what}") from None
     return text
 

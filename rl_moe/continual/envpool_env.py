@@ -167,10 +167,11 @@ class EnvPoolMetaWorld(VecEnv):
         self.pool.close()
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        # SB3's VecEnv API passes attribute names; EnvPool's sub-envs share this object's
         return [getattr(self, attr_name) for _ in self._get_indices(indices)]
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
-        setattr(self, attr_name, value)
+        setattr(self, attr_name, value)  # SB3's VecEnv API, by attribute name
 
     def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any) -> list[Any]:
         raise AttributeError(f"EnvPool envs have no per-env method {method_name!r}")

@@ -28,7 +28,7 @@ def check_choice(value: str, valid: tuple[str, ...], what: str) -> str:
 def check_positive(section: str, obj: Any, names: tuple[str, ...], allow_zero: tuple[str, ...] = ()) -> None:
     """Fields ``names`` of ``obj`` must be > 0 and ``allow_zero`` >= 0."""
     for name in (*names, *allow_zero):
-        value = getattr(obj, name)
+        value = getattr(obj, name)  # a settings dataclass's field, named as the user wrote it
         low_ok = value >= 0 if name in allow_zero else value > 0
         if not low_ok:
             bound = ">= 0" if name in allow_zero else "> 0"
@@ -38,6 +38,6 @@ def check_positive(section: str, obj: Any, names: tuple[str, ...], allow_zero: t
 def check_within(section: str, obj: Any, names: tuple[str, ...], low: float, high: float, low_open: bool) -> None:
     """Fields ``names`` of ``obj`` must lie in (low, high] (``low_open``) or [low, high]."""
     for name in names:
-        value = getattr(obj, name)
+        value = getattr(obj, name)  # a settings dataclass's field, named as the user wrote it
         if not ((low < value) if low_open else (low <= value)) or value > high:
             raise UsageError(f"{section}.{name} must be in {'(' if low_open else '['}{low:g}, {high:g}], got {value}")

@@ -113,7 +113,7 @@ def metaworld_expert(task: str) -> Expert:
 
     *words, version = task.split("-")
     name = _EXPERT_CLASS_NAMES.get(task, "Sawyer" + "".join(w.capitalize() for w in words) + version.upper() + "Policy")
-    cls = getattr(policies, name, None)
+    cls = getattr(policies, name, None)  # metaworld names its scripted policies after the task
     if cls is None:
         raise ValueError(f"metaworld has no scripted policy {name!r} for probe task {task!r}; use probe.policy=random")
     return cls()

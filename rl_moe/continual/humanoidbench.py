@@ -45,7 +45,7 @@ class _JaxStub(types.ModuleType):
         if name.startswith("__"):
             raise AttributeError(name)
         child = _JaxStub(f"{self.__name__}.{name}")
-        setattr(self, name, child)
+        setattr(self, name, child)  # the stub stands in for any jax attribute HumanoidBench imports
         return child
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -59,7 +59,7 @@ def _install_jax_stub() -> None:
     root.__path__ = []  # type: ignore[attr-defined]  # a package, so "import jax.numpy" resolves
     sys.modules["jax"] = root
     for sub in ("numpy", "random", "nn", "lax", "tree_util"):
-        module = getattr(root, sub)
+        module = getattr(root, sub)  # the stub's attribute access creates the submodule
         sys.modules[f"jax.{sub}"] = module
 
 

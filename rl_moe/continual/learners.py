@@ -216,9 +216,8 @@ def _build_td3(t: TD3Config, env: Any, regs: list, common: dict) -> Any:
 def _start_td3(model: Any, t: TD3Config, global_step: int, steps_per_task: int) -> None:
     # Old-task transitions would train the critic on the wrong reward: empty the buffer and
     # restart the random-action warm-up.
-    buffer = getattr(model, "replay_buffer", None)
-    if buffer is not None:
-        buffer.reset()
+    if model.replay_buffer is not None:  # None until SB3 sets the model up
+        model.replay_buffer.reset()
     model.learning_starts = global_step + t.learning_starts
 
 

@@ -18,7 +18,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rl_moe.continual import envpool_env
 from rl_moe.continual.agents import build_model
-from rl_moe.continual.config import SECTIONS, RunConfig, apply_overrides
+from rl_moe.continual.config import RunConfig, apply_overrides
 from rl_moe.continual.envpool_env import INSTALL_HINT
 from rl_moe.continual.envs import task_factories
 from rl_moe.continual.errors import MissingDependencyError, UsageError, check_choice
@@ -127,7 +127,7 @@ def check_flags_match(args: argparse.Namespace, cfg: RunConfig) -> None:
     stored = {"suite": cfg.suite, "algo": cfg.algo, "method": cfg.method, "protocol": cfg.protocol, "seed": cfg.seed,
               "steps_per_task": cfg.steps_per_task, "device": cfg.device}  # fmt: skip
     stored.update(tasks=len(cfg.tasks), experts=cfg.net.n_experts, top_k=cfg.net.top_k, vec_env=cfg.vec_env)
-    given_flags = {name: getattr(args, name) for name in (*_RUN_FLAGS, "tasks", "experts", "top_k")}
+    given_flags = {name: vars(args)[name] for name in (*_RUN_FLAGS, "tasks", "experts", "top_k")}
     given_flags["vec_env"] = None if args.vec_env == "auto" else args.vec_env
     for name, given in given_flags.items():
         key = _RUN_FLAGS.get(name, name)
@@ -148,7 +148,7 @@ def with_overrides(cfg: RunConfig, overrides: list[str], source: str = "--set") 
     """
 
     regs_used = get_method(cfg.method).regularizers
-    sections = {name: getattr(cfg, name) for name in SECTIONS}
+    sections = cfg.sections()
     sections, regs = apply_overrides(sections, {k: dict(v) for k, v in cfg.regularizers.items()}, overrides, used=regs_used)
     if sections["net"] != cfg.net:
         changed = next((o for o in overrides if o.split("=", 1)[0].strip().startswith("net.")), "net.*")

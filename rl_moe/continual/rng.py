@@ -19,11 +19,6 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 
 from rl_moe.continual.results import load_torch_state
 
-#: SB3 attributes that steer training and are not part of its ``.zip`` parameters: the update
-#: count drives TD3's delayed actor updates.
-_COUNTERS: tuple[str, ...] = ("_n_updates", "_episode_num")
-
-
 def capture(model: BaseAlgorithm) -> dict[str, Any]:
     """The generators' states (python, numpy, torch CPU and CUDA, the action space's) and counters."""
     name, keys, pos, has_gauss, cached = np.random.get_state()  # type: ignore[misc]
@@ -33,7 +28,9 @@ def capture(model: BaseAlgorithm) -> dict[str, Any]:
         "numpy": (name, torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss), float(cached)),
         "torch": torch.get_rng_state(),
         "action_space": model.action_space.np_random.bit_generator.state,
-        "counters": {name: int(getattr(model, name, 0)) for name in _COUNTERS},
+        # SB3 counters that steer training and are not in its .zip parameters: the update count
+        # drives TD3's delayed actor updates.
+        "counters": {"_n_updates": int(model._n_updates), "_episode_num": int(model._episode_num)},
     }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -55,8 +52,8 @@ def restore(model: BaseAlgorithm, state: dict[str, Any]) -> None:
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
     model.action_space.np_random.bit_generator.state = state["action_space"]
-    for name, value in state["counters"].items():
-        setattr(model, name, int(value))
+    counters = state["counters"]
+    model._n_updates, model._episode_num = int(counters["_n_updates"]), int(counters["_episode_num"])
     if "episodes" in state:
         window = model._stats_window_size  # private: SB3 2.x's size of these deques
         model.ep_info_buffer = deque(({"r": r, "l": int(n), "t": t} for r, n, t in state["episodes"].tolist()), maxlen=window)

@@ -22,9 +22,10 @@ from typing import Any
 import torch
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.logger import Logger, TensorBoardOutputFormat
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
+from rl_moe.algos.common import RegularizedMixin
 from rl_moe.algos.guard import NonFiniteError, diagnose
 from rl_moe.continual import rng
 from rl_moe.continual.agents import begin_task, build_model
@@ -32,7 +33,6 @@ from rl_moe.continual.config import RunConfig
 from rl_moe.continual.envs import EnvFactory, make_vec_env, task_factories
 from rl_moe.continual.errors import DivergedError
 from rl_moe.continual.evaluation import EvalEnvs, EvalResult, PeriodicEval, evaluate, fix_mmap_threshold, release_memory
-from rl_moe.continual.learners import get_learner
 from rl_moe.continual.probe_states import default_probe_policy, load_or_collect, make_probe_callback, probe_factories
 from rl_moe.continual.progress import ProgressLine
 from rl_moe.continual.resolve import suite_of
@@ -84,7 +84,7 @@ class ContinualScheduler:
         self.suite = suite_of(cfg)
         self.tasks = [self.suite.tasks[i] for i in range(len(cfg.tasks))]
         self.device = resolve_device(cfg.device)
-        self.algo_cfg: Any = getattr(cfg, get_learner(cfg.algo).name)
+        self.algo_cfg: Any = cfg.learner_settings
         self.results = self._load_results()
         self.model: BaseAlgorithm | None = None
         self.env: VecEnv | None = None
@@ -271,9 +271,8 @@ class ContinualScheduler:
         end = int(self.model.num_timesteps)
         if self.progress:  # the next task's ETA starts from this task's cycle rate
             self._cycle_rate = line.cycle_rate
-        flush = getattr(self.model, "flush_update_logs", None)
-        if callable(flush):  # the task's last update, at its step (before the checkpoint)
-            flush()
+        if isinstance(self.model, RegularizedMixin):  # the task's last update, at its step (before the checkpoint)
+            self.model.flush_update_logs()
         self._task_seconds = time.perf_counter() - t0
         # The task is finished once its checkpoint is on disk: an interruption from here on
         # costs only the evaluation below, which a resume runs again.
@@ -358,9 +357,8 @@ class ContinualScheduler:
         # Every file lands atomically and on disk before results.json names the task finished;
         # the checkpoint .zip last, since resume checks it first. Replay buffers are not part
         # of SB3's .zip; nothing large is written.
-        state = getattr(self.model, "regularizer_state", None)
-        if callable(state):
-            save_regularizer_state(RunDir.regularizer_state(path), state())
+        if isinstance(self.model, RegularizedMixin):
+            save_regularizer_state(RunDir.regularizer_state(path), self.model.regularizer_state())
         if isinstance(self.env, VecNormalize):
             env = self.env
             write_atomic(RunDir.vecnormalize(path), lambda tmp: env.save(tmp))
@@ -379,11 +377,10 @@ class ContinualScheduler:
         """Continue the regularizers where the finished task left them (CBP utilities and ages,
         the C-CHAIN snapshot, ReDo and SPHERE counters); runs without the file start them fresh."""
         state = load_regularizer_state(RunDir.regularizer_state(checkpoint))
-        load = getattr(self.model, "load_regularizer_state", None)
         if state is None:
             print(f"note: no regularizer state beside {checkpoint.name}; regularizers restart fresh", file=sys.stderr)
-        elif callable(load):
-            load(state)
+        elif isinstance(self.model, RegularizedMixin):
+            self.model.load_regularizer_state(state)
 
     def _load_vecnormalize(self, i: int) -> VecNormalize | None:
         path = RunDir.vecnormalize(self.files.checkpoint(i, self.tasks[i].name))
@@ -408,7 +405,6 @@ def _log_config_table(logger: Logger, cfg: RunConfig) -> None:
     rows = _flatten({k: v for k, v in cfg.to_dict().items() if k != "suite_data"})
     table = "|setting|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in sorted(rows.items()))
     for fmt in logger.output_formats:
-        writer = getattr(fmt, "writer", None)
-        if writer is not None:
-            writer.add_text("hyperparameters", table, 0)
-            writer.flush()
+        if isinstance(fmt, TensorBoardOutputFormat):
+            fmt.writer.add_text("hyperparameters", table, 0)
+            fmt.writer.flush()

@@ -12,9 +12,11 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+from stable_baselines3 import PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.type_aliases import RolloutBufferSamples
+from stable_baselines3.td3.policies import TD3Policy
 from torch import Tensor
 
 from rl_moe.algos.ppo_loss import ppo_losses
@@ -33,9 +35,9 @@ class ActorGrad(NamedTuple):
 
 def ppo_probe_loss(model: BaseAlgorithm, obs: Tensor, n_states: int, generator: torch.Generator) -> Tensor | None:
     """L_actor = clipped surrogate + ent_coef * entropy loss on up to ``n_states`` rollout samples."""
-    buf = getattr(model, "rollout_buffer", None)
-    if buf is None or not buf.full:
+    if not isinstance(model, OnPolicyAlgorithm) or not model.rollout_buffer.full:
         return None
+    buf = model.rollout_buffer
     size = buf.buffer_size * buf.n_envs
     idx = torch.randperm(size, generator=generator)[: min(n_states, size)].numpy()
     flat = lambda a: a.reshape(size, *a.shape[2:])[idx] if not buf.generator_ready else a[idx]
@@ -44,17 +46,16 @@ def ppo_probe_loss(model: BaseAlgorithm, obs: Tensor, n_states: int, generator: 
         *(torch.as_tensor(flat(a), device=device) for a in (buf.observations, buf.actions)),
         *(torch.as_tensor(flat(a), device=device).flatten() for a in (buf.values, buf.log_probs, buf.advantages, buf.returns)),
     )
-    clip = model.clip_range(model._current_progress_remaining) if callable(getattr(model, "clip_range", None)) else 0.2
+    clip = model.clip_range(model._current_progress_remaining) if isinstance(model, PPO) else 0.2
     return ppo_losses(model, batch, clip, None).actor
 
 
 def td3_probe_loss(model: BaseAlgorithm, obs: Tensor, n_states: int, generator: torch.Generator) -> Tensor | None:
     """-Q1(s, pi(s)) on the probe states."""
     policy = model.policy
-    critic = getattr(policy, "critic", None)
-    if critic is None or not hasattr(critic, "q1_forward"):
+    if not isinstance(policy, TD3Policy):
         return None
-    return td3_actor_loss(critic, obs, policy.actor(obs))
+    return td3_actor_loss(policy.critic, obs, policy.actor(obs))
 
 
 #: Actor losses by learner family.

@@ -21,7 +21,9 @@ from typing import TypeVar
 import gymnasium as gym
 import numpy as np
 import torch
+from stable_baselines3.common.buffers import BaseBuffer
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from torch import Tensor
 
 from rl_moe.diagnostics.actor_grad import actor_grad, learner_family
@@ -84,12 +86,13 @@ class ProbeConfig:
     slq: SlqConfig = field(default_factory=lambda: SlqConfig(n_probes=PROBE_SLQ_PROBES))
 
     def __post_init__(self) -> None:
-        for name in ("n_states", "knn", "stride"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"probe.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("every", "noise", "spectral_every", "slq_every", "coupling_every"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"probe.{name} must be >= 0, got {getattr(self, name)}")
+        at_least_one = {"n_states": self.n_states, "knn": self.knn, "stride": self.stride}
+        non_negative = {"every": self.every, "noise": self.noise, "spectral_every": self.spectral_every,
+                        "slq_every": self.slq_every, "coupling_every": self.coupling_every}  # fmt: skip
+        for bound, values in ((1, at_least_one), (0, non_negative)):
+            for name, value in values.items():
+                if value < bound:
+                    raise ValueError(f"probe.{name} must be >= {bound}, got {value}")
 
 
 def load_or_create_states(path: Path, make: Callable[[], Tensor]) -> Tensor:
@@ -133,14 +136,18 @@ def collect_states(
 
 def _buffer_states(model, n_states: int, gen: torch.Generator) -> Tensor | None:
     """N observations from the latest rollout (PPO) or the most recent replay data (TD3)."""
-    buf = getattr(model, "rollout_buffer", None) or getattr(model, "replay_buffer", None)
+    if isinstance(model, OnPolicyAlgorithm):
+        buf: BaseBuffer | None = model.rollout_buffer
+        flattened = model.rollout_buffer.generator_ready  # (steps * envs, ...) once sampled
+    else:
+        buf, flattened = model.replay_buffer, False
     if buf is None or isinstance(buf.observations, dict):  # dict observations are not supported
         return None
-    if hasattr(buf, "pos") and not getattr(buf, "full", False) and buf.pos == 0:
+    if not buf.full and buf.pos == 0:
         return None
-    filled = buf.buffer_size if getattr(buf, "full", False) else buf.pos
-    obs = buf.observations[:filled] if not getattr(buf, "generator_ready", False) else buf.observations
-    flat = obs.reshape(-1, *model.observation_space.shape) if hasattr(model.observation_space, "shape") else obs
+    filled = buf.buffer_size if buf.full else buf.pos
+    obs = buf.observations if flattened else buf.observations[:filled]
+    flat = obs.reshape(-1, *model.observation_space.shape)
     if learner_family(model) == "off_policy":
         flat = flat[-n_states:]
     idx = torch.randperm(flat.shape[0], generator=gen)[:n_states].numpy()

@@ -25,7 +25,7 @@ _GROUPED_MM_MIN_EXPERTS = 32
 
 def _grouped_mm_ok(x: Tensor, weight: Tensor) -> bool:
     return (
-        hasattr(F, "grouped_mm")
+        hasattr(F, "grouped_mm")  # feature detection: torch builds without the grouped kernel
         and x.device.type == "cpu"
         and weight.shape[0] >= _GROUPED_MM_MIN_EXPERTS
         and x.dtype == torch.float32

@@ -110,7 +110,7 @@ class SpectralExperts(StackedExperts):
 
     def bases(self, layer: int) -> tuple[Tensor, Tensor]:
         """(basis_in (in, k), basis_out (out, k)) of layer ``layer``."""
-        return getattr(self, f"basis_in_{layer}"), getattr(self, f"basis_out_{layer}")
+        return self.get_buffer(f"basis_in_{layer}"), self.get_buffer(f"basis_out_{layer}")
 
     def layer_weights(self) -> list[Tensor]:
         return [_SpectralSplit.apply(c, u, *self.bases(i)) for i, (c, u) in enumerate(zip(self.common, self.unique))]

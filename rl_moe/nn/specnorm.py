@@ -78,6 +78,7 @@ class WeightRef(NamedTuple):
 
     @property
     def tensor(self) -> Tensor:
+        # torch.nn.utils.parametrize names a parametrized tensor by its attribute name
         return self.module[int(self.name)] if self.stacked else getattr(self.module, self.name)
 
     def rows_out(self) -> Tensor:

@@ -14,12 +14,16 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-_STATE = threading.local()
+class _State(threading.local):
+    enabled = False  # each thread starts in the routed layout
+
+
+_STATE = _State()
 
 
 def static_shapes_enabled() -> bool:
     """Whether MoE layers called now use the static (all-experts) layout."""
-    return getattr(_STATE, "enabled", False)
+    return _STATE.enabled
 
 
 @contextmanager

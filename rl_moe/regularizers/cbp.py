@@ -154,6 +154,7 @@ class ContinualBackprop(Regularizer):
     def state_dict(self, policy: Any) -> dict[str, Any]:
         names = module_names(policy)
         layers = {
+            # _LayerState.FIELDS are the tensor fields a checkpoint carries, by name
             f"{names[key[0]]}/{key[1]}": {f: getattr(st, f).clone() for f in _LayerState.FIELDS}
             for key, st in self._states.items()
         }
@@ -167,4 +168,4 @@ class ContinualBackprop(Regularizer):
             module = modules[name]
             st = self._state(GateUnits(module) if tag == _GATE else ExpertUnits(module, int(tag)))
             for f in _LayerState.FIELDS:
-                setattr(st, f, saved[f].to(getattr(st, f).device))
+                setattr(st, f, saved[f].to(getattr(st, f).device))  # by name, as saved above

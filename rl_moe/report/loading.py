@@ -99,6 +99,10 @@ def _padded(values: list[Any], n: int, where: str) -> tuple[float, ...]:
     return tuple(_num(v) for v in values) + (float("nan"),) * (n - len(values))
 
 
+def _type_name(kind: type | tuple[type, ...]) -> str:
+    return kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+
+
 def parse_results(data: Any, path: Path) -> Run:
     """Validate one ``results.json`` payload and turn it into a :class:`Run`.
 
@@ -113,7 +117,7 @@ def parse_results(data: Any, path: Path) -> Run:
         if name not in data:
             raise ReportError(f"{path}: missing key {name!r} (schema {SCHEMA_VERSION} needs: {', '.join(REQUIRED_KEYS)})")
         if not isinstance(data[name], kind) or (kind is int and isinstance(data[name], bool)):
-            raise ReportError(f"{path}: key {name!r} has type {type(data[name]).__name__}, expected {getattr(kind, '__name__', kind)}")
+            raise ReportError(f"{path}: key {name!r} has type {type(data[name]).__name__}, expected {_type_name(kind)}")
     for name, valid in (("protocol", PROTOCOLS), ("algo", ALGOS)):
         if data[name] not in valid:
             raise ReportError(f"{path}: unknown {name} {data[name]!r}; valid choices: {', '.join(valid)}")

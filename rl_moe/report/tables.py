@@ -61,7 +61,10 @@ def method_order(methods: Sequence[str], baseline: str, method: str) -> list[str
 
 def seed_matrix(runs: Sequence[Run], field: str = "own") -> np.ndarray:
     """(seeds, tasks) success matrix of ``field`` ("own" or "final"), NaN where not evaluated."""
-    return np.array([getattr(r, field) for r in runs], dtype=float)
+    rows = {"own": [r.own for r in runs], "final": [r.final for r in runs]}
+    if field not in rows:
+        raise ValueError(f"unknown success field {field!r}; valid choices: {', '.join(rows)}")
+    return np.array(rows[field], dtype=float)
 
 
 def per_task(runs: Sequence[Run], field: str = "own") -> PerTask:
@@ -170,7 +173,7 @@ def cl_table(ctx: Context, baseline: str, method: str) -> Table | None:
         metrics = [run_cl_metrics(r, refs.get(r.seed)) for r in crl[m] if r.complete]
         if not metrics:
             continue
-        cols = [fmt_ms(mean_std([getattr(x, f) for x in metrics])) for f in CLMetrics._fields]
+        cols = [fmt_ms(mean_std(list(values))) for values in zip(*metrics)]  # one per CLMetrics field
         rows.append((f"{m} (n={len(metrics)})", *cols))
     if not rows:
         return None
