@@ -41,7 +41,8 @@ def test_every_method_trains_with_ppo(method: str) -> None:
 def test_td3_sphere_regularizes_critic() -> None:
     cfg, model = _model("sphere", "td3")
     # Stored whole (every field, defaults filled in): a resumed run cannot pick up a changed default.
-    assert cfg.regularizers["sphere"] == {**dataclasses.asdict(SphereConfig()), "placement": "critic", "rho": 0.1}
+    assert cfg.regularizers["sphere"] == SphereConfig(placement="critic", rho=0.1)
+    assert cfg.to_dict()["regularizers"]["sphere"] == {**dataclasses.asdict(SphereConfig()), "placement": "critic", "rho": 0.1}
     assert model.policy.critic_cfg.kind == "topk" and model.policy.actor_cfg.kind == "topk"
     begin_task(model, cfg, 0, 0)
     assert model.learning_starts == cfg.td3.learning_starts
@@ -81,3 +82,30 @@ def test_config_json_stores_every_regularizer_field(tmp_path) -> None:
     assert stored == dataclasses.asdict(SphereConfig(rho=0.05))
     (reg,) = build_regularizers(("sphere",), RunConfig.from_dict(json.loads((tmp_path / "config.json").read_text())).regularizers)
     assert reg.config == SphereConfig(**stored)
+
+
+def test_stored_regularizer_fields_win_over_todays_defaults_and_unused_entries_are_dropped() -> None:
+    from rl_moe.continual.config import RunConfig
+
+    cfg = resolve(RunRequest(suite="smoke", method="sphere", tasks=1, device="cpu"))
+    data = cfg.to_dict()
+    # A run written by a version whose defaults differed, with a setting its method never used.
+    data["regularizers"]["sphere"] = {**data["regularizers"]["sphere"], "eps": 1e-5, "rank_every": 7}
+    data["regularizers"]["redo"] = {"tau": 0.5}
+    loaded = RunConfig.from_dict(data)
+    assert set(loaded.regularizers) == {"sphere"}
+    assert loaded.regularizers["sphere"] == dataclasses.replace(SphereConfig(rho=0.1), eps=1e-5, rank_every=7)
+
+
+def test_a_bad_suite_regularizer_setting_is_refused_even_when_the_method_does_not_use_it(tmp_path) -> None:
+    import json
+
+    from rl_moe.continual.errors import UsageError
+    from rl_moe.continual.suites import load_suite
+
+    data = load_suite("smoke").to_dict()
+    data["name"], data["regularizers"] = "smoke-typo", {"sphere": {"rhoo": 0.1}}
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match="bad settings for regularizer 'sphere': unknown sphere option 'rhoo'; valid choices: rho, "):
+        resolve(RunRequest(suite=str(path), method="topk", tasks=1, device="cpu"))

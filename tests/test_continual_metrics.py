@@ -75,7 +75,7 @@ def test_task_linear_schedule_is_task_local() -> None:
 def test_overrides_and_presets_resolve() -> None:
     cfg = resolve(RunRequest(suite="cw10", method="sphere", tasks=2, overrides=("ppo.n_steps=64", "net.hidden=32,32", "eval.full_matrix=false", "reg.sphere.rho=0.5")))
     assert cfg.ppo.n_steps == 64 and cfg.ppo.n_envs == 8 and cfg.ppo.batch_size == 256 and cfg.ppo.lr_start == 3e-4
-    assert cfg.net.hidden == (32, 32) and cfg.eval.full_matrix is False and cfg.regularizers["sphere"]["rho"] == 0.5
+    assert cfg.net.hidden == (32, 32) and cfg.eval.full_matrix is False and cfg.regularizers["sphere"].rho == 0.5
     assert cfg.tasks == ("hammer-v3", "push-wall-v3") and cfg.steps_per_task == 1_000_000
     again = RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
     assert again == cfg  # config.json round trip

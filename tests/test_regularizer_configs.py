@@ -19,7 +19,7 @@ OTHER: dict[Any, tuple[str, Any]] = {float: ("0.5", 0.5), int: ("3", 3), bool: (
 
 def _set(name: str, field: str, text: str) -> Any:
     _, regs = apply_overrides({}, {}, [f"reg.{name}.{field}={text}"], used=(name,))
-    return regs[name][field]
+    return dataclasses.asdict(regs[name])[field]
 
 
 @pytest.mark.parametrize("name", list(REGISTRY))

@@ -7,19 +7,20 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from rl_moe.continual.errors import UsageError
 from rl_moe.continual.learners import LEARNERS, PPOConfig, TD3Config, get_learner
+from rl_moe.continual.methods import METHODS
 from rl_moe.continual.results import write_json_atomic
 from rl_moe.diagnostics.probe import ProbeConfig
 from rl_moe.nn import NetConfig
 from rl_moe.regularizers import REGISTRY
+from rl_moe.regularizers.targets import build_config
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,8 @@ class RunConfig:
     :param td3: TD3 settings (resolved preset + overrides)
     :param eval: evaluation settings
     :param probe: plasticity-probe settings (:class:`~rl_moe.diagnostics.probe.ProbeConfig`)
-    :param regularizers: regularizer name -> fields of its config dataclass set by the learner, the
-        suite or ``--set`` (the rest keep the dataclass defaults)
+    :param regularizers: the method's regularizers, name -> typed config (every field stored in
+        ``config.json``, so a resumed run is rebuilt from what it ran with)
     :param reference: RL-protocol run folder for forward transfer, or None
     :param created: UTC timestamp ``YYYYmmdd-HHMMSS``
     """
@@ -111,7 +112,7 @@ class RunConfig:
     td3: TD3Config = field(default_factory=TD3Config)
     eval: EvalSettings = field(default_factory=EvalSettings)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
-    regularizers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    regularizers: Mapping[str, Any] = field(default_factory=dict)
     reference: str | None = None
     created: str = ""
 
@@ -138,7 +139,13 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
-        return _from_dict(cls, data)
+        """Read ``config.json``; the regularizers' stored fields become their typed configs (only
+        the method's: files of earlier versions also kept settings the method did not use)."""
+        cfg = _from_dict(cls, {k: v for k, v in data.items() if k != "regularizers"})
+        stored = dict(data.get("regularizers") or {})
+        method = METHODS.get(cfg.method)  # an unknown one is the resume checks' to report
+        used = [name for name in (method.regularizers if method else ()) if name in stored]
+        return dataclasses.replace(cfg, regularizers=regularizer_configs(used, stored))
 
     def save(self, path: str) -> None:
         """Write ``config.json`` atomically: a kill mid-write never leaves a partial file."""
@@ -241,26 +248,38 @@ def parse_regularizer_override(name: str, field_name: str, text: str, used: tupl
     return parse_value(text.strip(), fields[field_name], key)
 
 
-def parse_json_scalar(text: str) -> Any:
-    """A regularizer kwarg: JSON if it parses (numbers, bools, lists), else the raw string."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+def regularizer_configs(names: Iterable[str], settings: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The typed config of each regularizer in ``names``, built through its
+    ``REGISTRY[name].config_class`` from keyword ``settings`` (a learner's defaults, a suite file,
+    ``config.json``); the config's own checks run. The one place regularizer settings become
+    configs, for new runs and resumed ones alike.
+
+    :raises UsageError: for an unknown regularizer, field or value
+    """
+    configs: dict[str, Any] = {}
+    for name in names:
+        if name not in REGISTRY:
+            raise UsageError(f"unknown regularizer {name!r}; valid choices: {', '.join(REGISTRY)}")
+        try:
+            configs[name] = build_config(REGISTRY[name].config_class, None, dict(settings.get(name, {})), name)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"bad settings for regularizer {name!r}: {exc}") from None
+    return configs
 
 
 def apply_overrides(
-    sections: dict[str, Any], regs: dict[str, dict[str, Any]], overrides: list[str], used: tuple[str, ...] | None = None
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """Apply ``section.field=value`` strings to section dataclasses and regularizer kwargs.
+    sections: dict[str, Any], regs: Mapping[str, Any], overrides: list[str], used: tuple[str, ...]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Apply ``section.field=value`` strings to section dataclasses and regularizer configs.
 
     :param sections: section name -> dataclass instance (keys of :data:`SECTIONS`)
-    :param regs: regularizer name -> kwargs
+    :param regs: regularizer name -> its typed config (:func:`regularizer_configs`); one missing
+        here starts from its defaults
     :param overrides: the ``--set`` arguments
-    :param used: the method's regularizers: ``reg.*`` values are then parsed by the field's type
-        and overrides of any other regularizer are an error (None: JSON scalars, unchecked)
+    :param used: the method's regularizers: ``reg.*`` values are parsed by the field's type and
+        overrides of any other regularizer are an error
     """
-    sections, regs = dict(sections), {k: dict(v) for k, v in regs.items()}
+    sections, regs = dict(sections), dict(regs)
     valid = ", ".join([f"{s}.<field>" for s in SECTIONS] + ["reg.<regularizer>.<kwarg>"])
     for item in overrides:
         key, sep, text = item.partition("=")
@@ -270,8 +289,13 @@ def apply_overrides(
         if parts[0] == "reg":
             if len(parts) != 3:
                 raise UsageError(f"bad --set key {key!r}: expected reg.<regularizer>.<kwarg>")
-            value = parse_json_scalar(text) if used is None else parse_regularizer_override(parts[1], parts[2], text, used)
-            regs.setdefault(parts[1], {})[parts[2]] = value
+            name = parts[1]
+            value = parse_regularizer_override(name, parts[2], text, used)
+            base = regs[name] if name in regs else regularizer_configs((name,), {})[name]
+            try:
+                regs[name] = build_config(type(base), base, {parts[2]: value}, name)
+            except ValueError as exc:  # the config's own range checks
+                raise UsageError(str(exc)) from None
             continue
         if parts[0] not in SECTIONS or len(parts) != 2:
             raise UsageError(f"unknown --set key {key!r}; valid choices: {valid}")

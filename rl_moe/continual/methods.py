@@ -9,13 +9,12 @@ regularizer that the table leaves out gets such a method by default, named after
 from __future__ import annotations
 
 from collections.abc import Mapping
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from rl_moe.continual.errors import UsageError
 from rl_moe.nn.routing import ROUTERS
-from rl_moe.regularizers import REGISTRY, make_regularizer
+from rl_moe.regularizers import REGISTRY
 
 
 @dataclass(frozen=True)
@@ -100,26 +99,6 @@ def get_method(name: str) -> Method:
     return METHODS[name]
 
 
-def check_regularizers(names: tuple[str, ...], kwargs: Mapping[str, Mapping[str, Any]]) -> None:
-    """Fail early (before any run folder exists) when a regularizer is unknown or rejects its kwargs."""
-    if not names:
-        return
-    missing = [n for n in names if n not in REGISTRY]
-    if missing:
-        raise UsageError(f"unknown regularizer {missing[0]!r}; valid choices: {', '.join(REGISTRY)}")
-    try:
-        build_regularizers(names, kwargs)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"bad regularizer settings {dict(kwargs)}: {exc}") from None
-
-
-def full_regularizer_settings(names: tuple[str, ...], kwargs: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Every field of each named regularizer's config, defaults filled in. ``config.json`` stores
-    these, so a resumed run is rebuilt from what it ran with: a default changed in a later
-    version cannot change it."""
-    return {name: dataclasses.asdict(reg.config) for name, reg in zip(names, build_regularizers(names, kwargs))}
-
-
-def build_regularizers(names: tuple[str, ...], kwargs: Mapping[str, Mapping[str, Any]]) -> list[Any]:
-    """Instantiate the regularizers of a method with their per-suite/CLI keyword arguments."""
-    return [make_regularizer(name, **kwargs.get(name, {})) for name in names]
+def build_regularizers(names: tuple[str, ...], configs: Mapping[str, Any]) -> list[Any]:
+    """The regularizers of a method, each from its typed config (``RunConfig.regularizers``)."""
+    return [REGISTRY[name](configs[name]) for name in names]

@@ -13,12 +13,12 @@ from typing import Any
 import torch
 
 from rl_moe.continual.agents import net_configs_for
-from rl_moe.continual.config import OVERRIDE_PRESETS, EvalSettings, NetSettings, RunConfig, apply_overrides
+from rl_moe.continual.config import OVERRIDE_PRESETS, EvalSettings, NetSettings, RunConfig, apply_overrides, regularizer_configs
 from rl_moe.continual.envs import resolve_vec_env_type
 from rl_moe.continual.errors import UsageError, check_choice, check_positive
 from rl_moe.continual.families import FAMILIES
 from rl_moe.continual.learners import LEARNERS, check_fast_update, get_learner
-from rl_moe.continual.methods import check_regularizers, full_regularizer_settings, get_method
+from rl_moe.continual.methods import get_method
 from rl_moe.continual.presets import learner_presets
 from rl_moe.continual.probe_states import PROBE_POLICIES, default_probe_policy
 from rl_moe.continual.suites import Suite, load_suite, net_flags, suite_from_dict
@@ -145,9 +145,13 @@ def resolve(req: RunRequest) -> RunConfig:
     for other in LEARNERS.values():  # every learner's section is stored; the run's is used
         choices = learner_presets(other.name)
         sections[other.name] = choices.get(suite.presets.get(other.name, DEFAULT_PRESET), choices[DEFAULT_PRESET])
-    regs = {k: dict(v) for k, v in spec.regularizer_defaults.items()}
+    settings = {k: dict(v) for k, v in spec.regularizer_defaults.items()}
     for name, kwargs in suite.regularizers.items():
-        regs[name] = {**regs.get(name, {}), **kwargs}
+        settings[name] = {**settings.get(name, {}), **kwargs}
+    # Every regularizer the suite sets is checked (a typo there is caught whatever the method);
+    # the run keeps the method's.
+    regularizer_configs(suite.regularizers, settings)
+    regs = regularizer_configs(method.regularizers, settings)
     bundle: tuple[str, ...] = ()
     if req.preset is not None:
         bundle = OVERRIDE_PRESETS[check_choice(req.preset, tuple(OVERRIDE_PRESETS), "preset")]
@@ -170,14 +174,12 @@ def resolve(req: RunRequest) -> RunConfig:
         steps_per_task=steps,
         device=req.device,
         vec_env=resolve_vec_env_type(req.vec_env, n_envs, family=suite.family),
-        regularizers={k: v for k, v in regs.items()},
+        regularizers=regs,
         reference=None if req.reference is None else str(Path(req.reference).resolve()),
         created=time.strftime("%Y%m%d-%H%M%S", time.gmtime()),
         **sections,
     )
     _check_net(cfg)
-    check_regularizers(method.regularizers, {k: cfg.regularizers.get(k, {}) for k in method.regularizers})
-    cfg = dataclasses.replace(cfg, regularizers={**cfg.regularizers, **full_regularizer_settings(method.regularizers, cfg.regularizers)})
     family = FAMILIES[suite.family]
     family.check_available()
     family.check_tasks(suite)

@@ -18,12 +18,12 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rl_moe.continual import envpool_env
 from rl_moe.continual.agents import build_model
-from rl_moe.continual.config import RunConfig, apply_overrides
+from rl_moe.continual.config import RunConfig, apply_overrides, regularizer_configs
 from rl_moe.continual.envpool_env import INSTALL_HINT
 from rl_moe.continual.envs import task_factories
 from rl_moe.continual.errors import MissingDependencyError, UsageError, check_choice
 from rl_moe.continual.learners import get_learner
-from rl_moe.continual.methods import check_regularizers, full_regularizer_settings, get_method
+from rl_moe.continual.methods import get_method
 from rl_moe.continual.resolve import PROTOCOLS, check_sections, suite_of
 from rl_moe.continual.results import Results, checkpoint_ok, load_regularizer_state
 from rl_moe.continual.rng import load as load_training_state
@@ -149,11 +149,12 @@ def with_overrides(cfg: RunConfig, overrides: list[str], source: str = "--set") 
 
     regs_used = get_method(cfg.method).regularizers
     sections = cfg.sections()
-    sections, regs = apply_overrides(sections, {k: dict(v) for k, v in cfg.regularizers.items()}, overrides, used=regs_used)
+    sections, regs = apply_overrides(sections, cfg.regularizers, overrides, used=regs_used)
     if sections["net"] != cfg.net:
         changed = next((o for o in overrides if o.split("=", 1)[0].strip().startswith("net.")), "net.*")
         what = f"--set {changed}" if source == "--set" else f"{source} (its {changed})"
         raise UsageError(f"{what} cannot change a resumed run: net.* settings fix the shapes of its checkpoints; start a new run to change them")
     check_sections(sections)
-    check_regularizers(regs_used, {k: regs.get(k, {}) for k in regs_used})
-    return dataclasses.replace(cfg, regularizers={**regs, **full_regularizer_settings(regs_used, regs)}, **sections)
+    # A config.json without one of the method's regularizers (none this version writes) gets its defaults.
+    missing = regularizer_configs([name for name in regs_used if name not in regs], {})
+    return dataclasses.replace(cfg, regularizers={name: {**missing, **regs}[name] for name in regs_used}, **sections)

@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rl_moe.algos.hooks import LossContext, Regularizer
-from rl_moe.regularizers.targets import TARGETS, active_roles, build_config, check_target, module_names
+from rl_moe.algos.hooks import LossContext
+from rl_moe.regularizers.targets import Targeted, active_roles, check_target, module_names
 from rl_moe.regularizers.units import ExpertUnits, GateUnits, UnitLayer, unit_layers
 
 #: Tag of the gate layer in saved state (expert layers use their index).
@@ -76,18 +76,15 @@ class CBPConfig:
         check_target(self.target)
 
 
-class ContinualBackprop(Regularizer):
-    """Selective reinitialisation of low-utility mature units (no loss term).
-
-    :param config: the settings (default :class:`CBPConfig`); ``overrides`` replace some fields
-    """
+class ContinualBackprop(Targeted):
+    """Selective reinitialisation of low-utility mature units (no loss term)."""
 
     name = "cbp"
     config_class = CBPConfig
+    config: CBPConfig
 
     def __init__(self, config: CBPConfig | None = None, **overrides: Any) -> None:
-        self.config = build_config(CBPConfig, config, overrides, self.name)
-        self.roles = TARGETS[self.config.target]
+        super().__init__(config, **overrides)
         self._states: dict[tuple[int, int | str], _LayerState] = {}
         #: Per role, the layers updated by the latest :meth:`observe` and the role's optimizer.
         self._touched: dict[str, tuple[list[_LayerState], list[Any]]] = {}

@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
+from rl_moe.algos.hooks import LossContext, Penalty
 from rl_moe.policies import policy_roles
-from rl_moe.regularizers.targets import TARGETS, active_roles, build_config, check_target, module_names
+from rl_moe.regularizers.targets import Targeted, active_roles, check_target, module_names
 
 
 class _Snapshot:
@@ -83,19 +83,16 @@ class CChainConfig:
         check_target(self.target)
 
 
-class CChain(Regularizer):
-    """Churn reduction towards the previous-update network.
-
-    :param config: the settings (default :class:`CChainConfig`); ``overrides`` replace some fields
-    """
+class CChain(Targeted):
+    """Churn reduction towards the previous-update network."""
 
     name = "cchain"
     config_class = CChainConfig
+    config: CChainConfig
 
     def __init__(self, config: CChainConfig | None = None, **overrides: Any) -> None:
-        self.config = build_config(CChainConfig, config, overrides, self.name)
+        super().__init__(config, **overrides)
         window = self.config.window
-        self.roles = TARGETS[self.config.target]
         self._snaps: dict[int, _Snapshot] = {}
         self._pg: dict[str, deque[float]] = {r: deque(maxlen=window) for r in self.roles}
         self._reg: dict[str, deque[float]] = {r: deque(maxlen=window) for r in self.roles}

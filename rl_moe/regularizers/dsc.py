@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import TARGETS, build_config, check_target
+from rl_moe.algos.hooks import LossContext, Penalty
+from rl_moe.regularizers.targets import Targeted, check_target
 
 #: Term name -> aux key of the network output (the budget is computed here from ``dsc_signal``).
 TERMS: tuple[str, ...] = ("balance", "budget", "frame", "z")
@@ -52,19 +52,17 @@ class DSCConfig:
         check_target(self.target)
 
 
-class DSCAux(Regularizer):
-    """The four DSC auxiliary losses of every DSC network in the target roles.
-
-    :param config: the settings (default :class:`DSCConfig`); ``overrides`` replace some fields
-    """
+class DSCAux(Targeted):
+    """The four DSC auxiliary losses of every DSC network in the target roles."""
 
     name = "dsc"
     config_class = DSCConfig
+    config: DSCConfig
 
     def __init__(self, config: DSCConfig | None = None, **overrides: Any) -> None:
-        self.config = cfg = build_config(DSCConfig, config, overrides, self.name)
+        super().__init__(config, **overrides)
+        cfg = self.config
         self.coefs = {"balance": cfg.balance, "budget": cfg.budget, "frame": cfg.frame, "z": cfg.z}
-        self.roles = TARGETS[cfg.target]
 
     @property
     def graph_safe(self) -> bool:

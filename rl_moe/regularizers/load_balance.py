@@ -9,10 +9,9 @@ without a router (dense MLP) add nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import TARGETS, build_config, check_target
+from rl_moe.algos.hooks import LossContext, Penalty
+from rl_moe.regularizers.targets import Targeted, check_target
 
 
 @dataclass(frozen=True)
@@ -30,18 +29,12 @@ class LoadBalanceConfig:
         check_target(self.target)
 
 
-class LoadBalance(Regularizer):
-    """Auxiliary load-balancing loss of the target's routers.
-
-    :param config: the settings (default :class:`LoadBalanceConfig`); ``overrides`` replace some fields
-    """
+class LoadBalance(Targeted):
+    """Auxiliary load-balancing loss of the target's routers."""
 
     name = "load_balance"
     config_class = LoadBalanceConfig
-
-    def __init__(self, config: LoadBalanceConfig | None = None, **overrides: Any) -> None:
-        self.config = build_config(LoadBalanceConfig, config, overrides, self.name)
-        self.roles = TARGETS[self.config.target]
+    config: LoadBalanceConfig
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         terms = []

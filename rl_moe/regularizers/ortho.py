@@ -8,12 +8,11 @@ a stack with one expert (dense MLP) contributes 0.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from torch import Tensor
 
-from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import TARGETS, build_config, check_target, expert_stacks
+from rl_moe.algos.hooks import LossContext, Penalty
+from rl_moe.regularizers.targets import Targeted, check_target, expert_stacks
 
 
 def orthogonality_loss(w: Tensor) -> Tensor:
@@ -39,18 +38,12 @@ class OrthoConfig:
         check_target(self.target)
 
 
-class Orthogonality(Regularizer):
-    """Pairwise squared cosine of the experts' first-layer weights.
-
-    :param config: the settings (default :class:`OrthoConfig`); ``overrides`` replace some fields
-    """
+class Orthogonality(Targeted):
+    """Pairwise squared cosine of the experts' first-layer weights."""
 
     name = "ortho"
     config_class = OrthoConfig
-
-    def __init__(self, config: OrthoConfig | None = None, **overrides: Any) -> None:
-        self.config = build_config(OrthoConfig, config, overrides, self.name)
-        self.roles = TARGETS[self.config.target]
+    config: OrthoConfig
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         terms = []

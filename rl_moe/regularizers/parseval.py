@@ -12,15 +12,14 @@ layers (the gate logits are an output), or every nn.Linear but the last of a pla
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from torch import Tensor
 
 from rl_moe.nn.experts import ACTIVATION_GAINS
 from rl_moe.nn.parts import MoENetwork
-from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
+from rl_moe.algos.hooks import LossContext, Penalty
 from rl_moe.policies import Role
-from rl_moe.regularizers.targets import TARGETS, WeightRef, build_config, check_target, role_hidden_weights
+from rl_moe.regularizers.targets import Targeted, WeightRef, check_target, role_hidden_weights
 
 
 def parseval_loss(w: Tensor, scale: float) -> Tensor:
@@ -54,18 +53,12 @@ class ParsevalConfig:
         check_target(self.target)
 
 
-class Parseval(Regularizer):
-    """lambda * sum ||W W^T - s I||_F^2 over the target's hidden layers.
-
-    :param config: the settings (default :class:`ParsevalConfig`); ``overrides`` replace some fields
-    """
+class Parseval(Targeted):
+    """lambda * sum ||W W^T - s I||_F^2 over the target's hidden layers."""
 
     name = "parseval"
     config_class = ParsevalConfig
-
-    def __init__(self, config: ParsevalConfig | None = None, **overrides: Any) -> None:
-        self.config = build_config(ParsevalConfig, config, overrides, self.name)
-        self.roles = TARGETS[self.config.target]
+    config: ParsevalConfig
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         terms = []

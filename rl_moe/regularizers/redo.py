@@ -22,9 +22,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rl_moe.algos.hooks import LossContext, Regularizer
+from rl_moe.algos.hooks import LossContext
 from rl_moe.maths import dormant_scores
-from rl_moe.regularizers.targets import TARGETS, active_roles, build_config, check_target
+from rl_moe.regularizers.targets import Targeted, active_roles, check_target
 from rl_moe.regularizers.units import UnitLayer, UnitStats, unit_layers
 
 
@@ -54,18 +54,15 @@ class ReDoConfig:
         check_target(self.target)
 
 
-class ReDo(Regularizer):
-    """Dormant-neuron recycling as a learner hook (no loss term).
-
-    :param config: the settings (default :class:`ReDoConfig`); ``overrides`` replace some fields
-    """
+class ReDo(Targeted):
+    """Dormant-neuron recycling as a learner hook (no loss term)."""
 
     name = "redo"
     config_class = ReDoConfig
+    config: ReDoConfig
 
     def __init__(self, config: ReDoConfig | None = None, **overrides: Any) -> None:
-        self.config = build_config(ReDoConfig, config, overrides, self.name)
-        self.roles = TARGETS[self.config.target]
+        super().__init__(config, **overrides)
         self._steps: dict[str, int] = {}
         #: Per role due for a check: (layer, statistics) pairs of the latest minibatch and the optimizer.
         self._pending: dict[str, tuple[list[tuple[UnitLayer, UnitStats]], list[Any]]] = {}

@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from rl_moe.algos.hooks import Regularizer
 from rl_moe.nn.sdmoe import SpectralExperts
 from rl_moe.policies import policy_roles
-from rl_moe.regularizers.targets import TARGETS, active_roles, build_config, check_target, expert_stacks
+from rl_moe.regularizers.targets import Targeted, active_roles, check_target, expert_stacks
 
 if TYPE_CHECKING:  # pragma: no cover
     from stable_baselines3.common.base_class import BaseAlgorithm
@@ -40,18 +39,15 @@ class SDMoEConfig:
         check_target(self.target)
 
 
-class SDRefresh(Regularizer):
-    """Refreshes SD-MoE's shared bases from an SVD of W_c.
-
-    :param config: the settings (default :class:`SDMoEConfig`); ``overrides`` replace some fields
-    """
+class SDRefresh(Targeted):
+    """Refreshes SD-MoE's shared bases from an SVD of W_c."""
 
     name = "sdmoe"
     config_class = SDMoEConfig
+    config: SDMoEConfig
 
     def __init__(self, config: SDMoEConfig | None = None, **overrides: Any) -> None:
-        self.config = build_config(SDMoEConfig, config, overrides, self.name)
-        self.roles = TARGETS[self.config.target]
+        super().__init__(config, **overrides)
         self.steps: dict[str, int] = {}
         self.refreshes = 0
 

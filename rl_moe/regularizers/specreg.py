@@ -17,8 +17,8 @@ import torch
 from torch import Tensor
 
 from rl_moe.maths import SingularPair, power_iteration, top_singular_value
-from rl_moe.algos.hooks import LossContext, Penalty, Regularizer
-from rl_moe.regularizers.targets import TARGETS, build_config, check_target, parameter_names, role_hidden_weights
+from rl_moe.algos.hooks import LossContext, Penalty
+from rl_moe.regularizers.targets import Targeted, check_target, parameter_names, role_hidden_weights
 
 
 class PowerIteration:
@@ -71,18 +71,15 @@ class SpecRegConfig:
         check_target(self.target)
 
 
-class SpectralReg(Regularizer):
-    """lambda * sum (sigma_max^2 - 1)^2 over the target's hidden layers.
-
-    :param config: the settings (default :class:`SpecRegConfig`); ``overrides`` replace some fields
-    """
+class SpectralReg(Targeted):
+    """lambda * sum (sigma_max^2 - 1)^2 over the target's hidden layers."""
 
     name = "specreg"
     config_class = SpecRegConfig
+    config: SpecRegConfig
 
     def __init__(self, config: SpecRegConfig | None = None, **overrides: Any) -> None:
-        self.config = build_config(SpecRegConfig, config, overrides, self.name)
-        self.roles = TARGETS[self.config.target]
+        super().__init__(config, **overrides)
         self._iters: dict[int, PowerIteration] = {}
 
     def penalty(self, ctx: LossContext) -> list[Penalty]:

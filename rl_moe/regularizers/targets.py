@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from torch import nn
 
-from rl_moe.algos.hooks import PHASE_ROLES
+from rl_moe.algos.hooks import PHASE_ROLES, Regularizer
 from rl_moe.nn.specnorm import WeightRef, expert_stacks, hidden_weights
 from rl_moe.policies import Role
 
@@ -97,3 +97,15 @@ def module_names(policy: nn.Module) -> dict[int, str]:
 def parameter_names(policy: nn.Module) -> dict[int, str]:
     """id(parameter) -> its qualified name in ``policy``."""
     return {id(p): n for n, p in policy.named_parameters()}
+
+
+class Targeted(Regularizer):
+    """A regularizer whose settings (its ``config_class``, with a ``target`` field) choose the
+    roles it acts on: ``self.config`` and ``self.roles`` are built here for all of them.
+
+    :param config: the settings (default: ``config_class()``); ``overrides`` replace some fields
+    """
+
+    def __init__(self, config: Any = None, **overrides: Any) -> None:
+        self.config = build_config(self.config_class, config, overrides, self.name)
+        self.roles = TARGETS[self.config.target]
