@@ -130,8 +130,8 @@ def part_update(device: str, n_experts: int, minibatches: int, rounds: int, stat
     for name, model in variants.items():
         counts = count_ops(model.train, exclude_scopes=CPU_INTERNAL_SCOPES if device == "cpu" else ())
         ops, launches, syncs = counts.per(minibatches)
-        fast = getattr(model, "_fast", None)
-        path = "sb3" if not isinstance(model, MoEPPO) else "standard" if fast is None else "fast" + (" static" if fast.static else "")
+        fast = model._fast_updater() if isinstance(model, MoEPPO) else None
+        path = "sb3" if not isinstance(model, MoEPPO) else "sb3 batches" if fast is None else "device batches" + (" static" if fast.static else "")
         ms = 1e3 * secs[name] / minibatches
         print(
             f"  {name:<24} {ms:12.3f} {secs[name] / secs['topk']:7.2f} {secs[name] / secs['sb3 mlp 3x256']:7.2f} "

@@ -12,7 +12,7 @@ from stable_baselines3 import PPO, TD3
 from stable_baselines3.common.env_util import make_vec_env
 
 from rl_moe.algos import MoEPPO, MoETD3
-from rl_moe.algos.fast import FastPPOUpdate
+from rl_moe.algos.fast import PPOUpdate
 from rl_moe.algos.profiling import CPU_INTERNAL_SCOPES as CPU_INTERNAL, count_ops
 from rl_moe.nn import NETWORK_KINDS, NetConfig, build_network, static_shapes
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
@@ -124,10 +124,10 @@ def test_fast_step_has_no_host_syncs() -> None:
     """The profiler sees the standard update's syncs, and none in the fast minibatch step."""
     model = _ppo("on", [Sphere()], "topk", cuda_graphs=False)  # eager: the ops of one step are counted
     model.learn(128)
-    fast = FastPPOUpdate(model, cuda_graphs=False, static=True)
+    fast = PPOUpdate(model, cuda_graphs=False, static=True)
     fast.rollout.fill(model.rollout_buffer)
     index = torch.randperm(128, device=model.device)[:32]  # a host index would be copied: a sync
-    counts = count_ops(lambda: fast.step(index), repeat=3, exclude_scopes=CPU_INTERNAL)
+    counts = count_ops(lambda: fast.step_index(index), repeat=3, exclude_scopes=CPU_INTERNAL)
     assert counts.ops > 100
     assert counts.syncs == 0, counts.sync_names
     standard = _ppo("off", [Sphere()], "topk")
@@ -140,7 +140,7 @@ def test_fast_update_falls_back_when_a_regularizer_needs_host_reads() -> None:
     model = _ppo("on", [Sphere(ratio_every=4)], "topk")
     assert "sphere" in (model.fast_path_reason() or "")
     assert _ppo("auto", [], "topk", device="cpu").fast_path_reason().startswith("device cpu")
-    assert _ppo("on", [], "topk", target_kl=0.01).fast_path_reason().startswith("target_kl")
+    assert _ppo("on", [], "topk", target_kl=0.01).fast_path_reason() is None  # read once per epoch
     with pytest.raises(ValueError, match="fast_update 'fast'.*auto, on, off"):
         _ppo("fast", [], "topk")
 
@@ -266,3 +266,22 @@ def test_td3_train_reads_the_device_once_per_call() -> None:
     model.learn(64)
     syncs = [count_ops(lambda: model.train(steps, 16), exclude_scopes=CPU_INTERNAL).syncs for steps in (2, 8)]
     assert syncs[0] == syncs[1] and syncs[0] <= 4, syncs  # the sums, and the NaN guard's one reduction
+
+
+@pytest.mark.parametrize("fast", ["off", "on"])
+def test_target_kl_stops_after_the_epoch_that_exceeds_it(fast: str) -> None:
+    """target_kl is read once per epoch: a tiny one stops after the first whole epoch (4
+    minibatches of 32 over 128 rows), a huge one lets all four epochs run, on both minibatch sources."""
+    steps = {}
+    for target in (1e-12, 1e9):
+        model = _ppo(fast, [], "topk", target_kl=target)
+        model.n_epochs = 4
+        model._setup_learn(128, None)
+        calls = []
+        step = model.policy.optimizer.step
+        model.policy.optimizer.step = lambda *a, **k: (calls.append(1), step(*a, **k))[1]
+        model.collect_rollouts(model.env, model._init_callback(None), model.rollout_buffer, n_rollout_steps=64)
+        model.train()
+        steps[target] = (len(calls), model._n_updates)
+    assert steps[1e-12] == (4, 1)
+    assert steps[1e9] == (16, 4)

@@ -1,7 +1,12 @@
-"""Sync-free PPO update: device-resident rollout, device minibatch indices, device logs, CUDA graphs.
+"""The PPO update of :class:`rl_moe.algos.MoEPPO`: one loop on every device (:class:`PPOUpdate`).
 
-The same maths as :meth:`rl_moe.algos.MoEPPO.train` (SB3's PPO, Schulman et al. 2017, plus the
-regularizer terms), arranged so that the GPU never waits for Python:
+SB3's PPO (Schulman et al. 2017) plus the regularizer terms. Losses, clip fractions, KL and the
+regularizer terms are summed in tensors and read once per update (``target_kl``, when set, once
+per epoch). The minibatches come from one of two sources:
+
+- **SB3's** ``RolloutBuffer.get`` (CPU, and wherever the sync-free path cannot run): the same
+  minibatches in the same order as SB3, so ``MoEPPO(regularizers=[])`` is SB3's PPO bit for bit;
+- **the device** (``fast_update``), arranged so that the GPU never waits for Python:
 
 - the rollout is copied to the device once per update, into buffers allocated once;
 - each epoch draws its permutation on the device, and a minibatch is a gather by a device index;
@@ -13,9 +18,14 @@ regularizer terms), arranged so that the GPU never waits for Python:
   SPHERE's adaptive-lambda extra backward, clipping, Adam) is captured once as a CUDA graph and
   replayed for every minibatch.
 
-``MoEPPO(..., fast_update="auto")`` uses it on CUDA when everything in the update supports it
-(:func:`unsupported_reason`) and the standard update otherwise; ``"on"`` also runs it on a CPU
-(eagerly, without graphs), ``"off"`` never.
+``MoEPPO(..., fast_update="auto")`` takes the device source on CUDA when everything in the update
+supports it (:func:`unsupported_reason`) and SB3's otherwise; ``"on"`` also takes it on a CPU
+(eagerly, without graphs), ``"off"`` never. A CUDA graph wraps the same minibatch step
+(:meth:`PPOUpdate.step`); it is not a second implementation.
+
+``target_kl`` stops after the epoch whose mean KL exceeds 1.5 x ``target_kl``. SB3 stops in the
+middle of that epoch, before the minibatch that exceeded it, which needs a host read per
+minibatch; the epochs before are the same.
 """
 
 from __future__ import annotations
@@ -65,8 +75,6 @@ def unsupported_reason(algo: PPOLearner) -> str | None:
         return f"rollout buffer {type(algo.rollout_buffer).__name__} (only RolloutBuffer)"
     if algo.use_sde:
         return "gSDE exploration"
-    if algo.target_kl is not None:
-        return "target_kl early stopping (a host read per minibatch)"
     unsafe = [reg.name for reg in algo.regularizers if not reg.graph_safe]
     if unsafe:
         return f"regularizers {', '.join(unsafe)} need host reads"
@@ -124,22 +132,24 @@ class _Graph(NamedTuple):
     index: Tensor  # (B,) the captured minibatch index buffer
 
 
-class FastPPOUpdate:
-    """The sync-free update of one :class:`~rl_moe.algos.MoEPPO` learner (see the module docstring).
+class PPOUpdate:
+    """The update of one :class:`~rl_moe.algos.MoEPPO` learner (see the module docstring).
 
     :param algo: the learner
-    :param cuda_graphs: capture the minibatch step as a CUDA graph (CUDA only)
+    :param cuda_graphs: capture the minibatch step as a CUDA graph (CUDA, device batches only)
     :param static: static-shape MoE layers (default: on CUDA only, where they are faster)
+    :param device_batches: minibatches gathered on the device (the sync-free path); False: SB3's
     """
 
-    def __init__(self, algo: PPOLearner, cuda_graphs: bool = True, static: bool | None = None) -> None:
+    def __init__(self, algo: PPOLearner, cuda_graphs: bool = True, static: bool | None = None, device_batches: bool = True) -> None:
         self.algo = algo
         self.device = algo.device
-        self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        self.device_batches = device_batches
+        self.cuda_graphs = cuda_graphs and device_batches and self.device.type == "cuda"
         self.static = self.device.type == "cuda" if static is None else static
         if self.cuda_graphs and not self.static:
             raise ValueError("CUDA graphs need static-shape MoE layers; got static=False")
-        self.rollout = _Rollout.allocate(algo.rollout_buffer, self.device)
+        self.rollout = _Rollout.allocate(algo.rollout_buffer, self.device) if device_batches else None
         self.terms = DeviceTermLog()
         self.stats = torch.zeros(len(_STATS), device=self.device)  # summed over the update
         self.kl = torch.zeros((), device=self.device)  # summed over the current epoch
@@ -147,7 +157,7 @@ class FastPPOUpdate:
         self.clip_range = torch.zeros((), device=self.device)
         self.clip_range_vf = torch.zeros((), device=self.device)
         #: Minibatch order of an epoch: (rows, device) -> (rows,) long on the device. Tests swap in
-        #: SB3's numpy permutation to compare with the standard update minibatch by minibatch.
+        #: SB3's numpy permutation to compare with SB3's minibatches one by one.
         self.permutation = lambda n, device: torch.randperm(n, device=device)
         self.graphs: dict[int, _Graph] = {}
         self._verified: set[int] = set()  # minibatch sizes whose graph passed its first-replay check
@@ -158,7 +168,7 @@ class FastPPOUpdate:
     # --- one update ---------------------------------------------------------------------------
 
     def train(self) -> None:
-        """One PPO update over the rollout buffer (replaces ``MoEPPO.train``)."""
+        """One PPO update over the rollout buffer (``MoEPPO.train``)."""
         algo = self.algo
         algo.policy.set_training_mode(True)
         lr = algo.lr_schedule(algo._current_progress_remaining)
@@ -167,27 +177,47 @@ class FastPPOUpdate:
         clip_range_vf = None if algo.clip_range_vf is None else float(algo.clip_range_vf(algo._current_progress_remaining))  # type: ignore[operator]
         self.clip_range.fill_(clip_range)
         self.clip_range_vf.fill_(0.0 if clip_range_vf is None else clip_range_vf)
-        self.rollout.fill(algo.rollout_buffer)
+        self._host_clip = (clip_range, clip_range_vf)
+        if self.rollout is not None:
+            self.rollout.fill(algo.rollout_buffer)
         self.stats.zero_()
         self.terms.zero_()
-        n_rows = self.rollout.old_values.shape[0]
         n_minibatches = 0
         last_epoch_batches = 0
-        for _ in range(algo.n_epochs):
+        for epoch in range(algo.n_epochs):
             self.kl.zero_()
-            perm = self.permutation(n_rows, self.device)
             last_epoch_batches = 0
-            for start in range(0, n_rows, algo.batch_size):
-                self._run_minibatch(perm[start : start + algo.batch_size])
+            for batch in self._minibatches():
+                self._run_minibatch(batch)
                 algo._after_update("ppo")
                 n_minibatches += 1
                 last_epoch_batches += 1
             algo._n_updates += 1
+            if algo.target_kl is not None:
+                kl = float(self.kl) / max(last_epoch_batches, 1)  # the one read of the epoch
+                if kl > 1.5 * algo.target_kl:
+                    if algo.verbose >= 1:
+                        print(f"Early stopping after epoch {epoch}: approx KL {kl:.2f}")
+                    break
         self._log(lr, clip_range, clip_range_vf, n_minibatches, last_epoch_batches)
 
-    def _run_minibatch(self, index: Tensor) -> None:
+    def _minibatches(self) -> Iterator[Tensor | RolloutBufferSamples]:
+        """One epoch's minibatches: device row indices, or SB3's samples in SB3's order."""
+        if self.rollout is None:
+            yield from self.algo.rollout_buffer.get(self.algo.batch_size)
+            return
+        n_rows = self.rollout.old_values.shape[0]
+        perm = self.permutation(n_rows, self.device)
+        for start in range(0, n_rows, self.algo.batch_size):
+            yield perm[start : start + self.algo.batch_size]
+
+    def _run_minibatch(self, batch: Tensor | RolloutBufferSamples) -> None:
+        if not isinstance(batch, Tensor):  # SB3's samples, with the clip ranges as SB3 passes them
+            self.step(batch, *self._host_clip, sync_free=False)
+            return
+        index = batch
         if not self.cuda_graphs:
-            self.step(index)
+            self.step_index(index)
             return
         key = self._current_key()
         if key != self._graph_key:
@@ -201,7 +231,7 @@ class FastPPOUpdate:
             except RuntimeError as exc:  # an op the capture refuses: run this learner eagerly
                 capture_failed("PPO update", exc)
                 self.cuda_graphs = False
-                self.step(index)
+                self.step_index(index)
                 return
         g = self.graphs[size]
         if size not in self._verified:
@@ -215,7 +245,7 @@ class FastPPOUpdate:
         state, statistics): on a mismatch keep the eager step and drop graphs, with one warning.
         A GPU is rarely at hand to test on, so a graph checks itself where it runs."""
         saved = self._snapshot()
-        self.step(index)
+        self.step_index(index)
         eager = [p.detach().clone() for p in self.algo.policy.parameters()]
         self._restore(saved)
         g.index.copy_(index)
@@ -226,26 +256,34 @@ class FastPPOUpdate:
             return
         replay_failed("PPO update", diff)
         self._restore(saved)
-        self.step(index)
+        self.step_index(index)
         self.cuda_graphs = False
         self.graphs.clear()
 
-    def step(self, index: Tensor) -> None:
-        """Forward, PPO loss, regularizer terms, backward, clipping and the optimizer step of the
-        minibatch ``index`` (a device tensor); statistics are added to the device sums."""
-        algo, r = self.algo, self.rollout
+    def step_index(self, index: Tensor) -> None:
+        """:meth:`step` on the rows ``index`` (a device tensor) of the device rollout, with the
+        clip ranges as device tensors: what a CUDA graph captures."""
+        assert self.rollout is not None
+        batch = RolloutBufferSamples(*(t[index] for t in self.rollout.tensors()))
+        self.step(batch, self.clip_range, None if self.algo.clip_range_vf is None else self.clip_range_vf, sync_free=True)
+
+    def step(self, batch: RolloutBufferSamples, clip_range: float | Tensor, clip_range_vf: float | Tensor | None, sync_free: bool) -> None:
+        """Forward, PPO loss, regularizer terms, backward, clipping and the optimizer step of one
+        minibatch; statistics are added to the sums.
+
+        :param sync_free: tell the regularizers that nothing may read the device (device batches)
+        """
+        algo = self.algo
         policy = algo.policy
-        batch = RolloutBufferSamples(*(t[index] for t in r.tensors()))
-        clip_vf = None if algo.clip_range_vf is None else self.clip_range_vf
         with static_shapes(self.static), no_distribution_checks():
-            losses = ppo_losses(algo, batch, self.clip_range, clip_vf)
+            losses = ppo_losses(algo, batch, clip_range, clip_range_vf)
             policy.optimizer.zero_grad(set_to_none=True)
-            total = algo._backward(losses.context(algo, batch, sync_free=True), losses.actor, algo.vf_coef * losses.value, policy.parameters(), sink=self.terms)
+            total = algo._backward(losses.context(algo, batch, sync_free=sync_free), losses.actor, algo.vf_coef * losses.value, policy.parameters(), sink=self.terms)
         torch.nn.utils.clip_grad_norm_(policy.parameters(), algo.max_grad_norm)
         policy.optimizer.step()
         with torch.no_grad():
             self.kl.add_(losses.approx_kl())
-            terms = (losses.policy, losses.value, losses.entropy, losses.clip_fraction(self.clip_range))
+            terms = (losses.policy, losses.value, losses.entropy, losses.clip_fraction(clip_range))
             self.stats.add_(torch.stack(terms).detach())
             self.total.copy_(total)
 
@@ -289,7 +327,7 @@ class FastPPOUpdate:
         static_index = index.clone()
         _forget_distribution(self.algo.policy)
         try:
-            graph, _ = capture(lambda: self.step(static_index), self.device)
+            graph, _ = capture(lambda: self.step_index(static_index), self.device)
         finally:
             self._restore(saved)
         return _Graph(graph, static_index)
@@ -337,4 +375,5 @@ class FastPPOUpdate:
         logger.record("train/clip_range", clip_range)
         if clip_range_vf is not None:
             logger.record("train/clip_range_vf", clip_range_vf)
-        algo._record_regularizer_logs(self.terms.means(n_minibatches))
+        # A replayed graph does not count its additions; eager steps do, per term.
+        algo._record_regularizer_logs(self.terms.means(n_minibatches if self.cuda_graphs else None))

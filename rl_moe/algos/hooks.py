@@ -145,7 +145,7 @@ class Regularizer:
     def graph_safe(self) -> bool:
         """Whether :meth:`penalty` can run sync-free and be replayed from a CUDA graph: no host
         reads, no Python state that must change between minibatches, no ``after_update`` work
-        that does either. Learners fall back to their standard update when any is not."""
+        that does either. Learners take SB3's minibatches (PPO) when any is not."""
         return False
 
     def observe(self, ctx: LossContext) -> None:
