@@ -18,8 +18,9 @@ Ratios are to ``topk`` and to ``sb3 mlp 3x256`` measured in the same run. Part 2
 rl_moe.crl`` builds it), Top-K alone on ``--device``, and plain SB3 PPO MlpPolicy on the CPU, on one
 CW10 task with the CW10 PPO settings; ratios to the SB3 CPU run, and SPHERE's end-to-end overhead.
 Part 3 (rollouts, unless ``--skip-rollout``; run before part 2): per env step of a 256-step rollout
-over envs that cost nothing to step, time, aten ops, launches and host syncs of the rollout
-collector (``rl_moe/algos/rollout.py``) against SB3's ``collect_rollouts`` with the same policy.
+over envs that cost nothing to step, time, aten ops, launches and host syncs of SB3's
+``collect_rollouts`` with the device buffer and graphed acting of ``rl_moe/algos/rollout.py``,
+against the same loop with SB3's ``RolloutBuffer`` and the same policy.
 
     python benchmarks/gpu_throughput.py --device cuda --experts 10 160 --vec-env subproc
 """
@@ -35,6 +36,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3 import PPO
+from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv
@@ -147,17 +149,20 @@ def rollout_variants(device: str, n_envs: int, n_steps: int) -> dict[str, BaseAl
     def env() -> DummyVecEnv:
         return DummyVecEnv([_Box] * n_envs)
 
-    def ours(fast: str, collector: bool) -> BaseAlgorithm:
-        model = MoEPPO(MoEActorCriticPolicy, env(), regularizers=[], fast_update=fast, policy_kwargs=moe, **kw)
-        if not collector:  # SB3's loop (with the static layout where the fast update runs)
-            model._rollout_collector = lambda: None  # type: ignore[method-assign]
+    def ours(fast: str, device_buffer: bool) -> BaseAlgorithm:
+        # device_buffer=False: SB3's RolloutBuffer and an eager policy call (with the static layout
+        # where the device update runs)
+        extra = {} if device_buffer else {"rollout_buffer_class": RolloutBuffer}
+        model = MoEPPO(MoEActorCriticPolicy, env(), regularizers=[], fast_update=fast, policy_kwargs=moe, **kw, **extra)
+        if not device_buffer:
+            model._acting_graph = lambda: None  # type: ignore[method-assign]
         return model
 
     mlp = dict(net_arch=[256, 256, 256], activation_fn=torch.nn.ReLU)
     variants = {
         "sb3 mlp 3x256": PPO("MlpPolicy", env(), policy_kwargs=mlp, **kw),
-        "topk, collector": ours("on", True),
-        "topk, sb3 loop": ours("on", False),
+        "topk, device buffer+graph": ours("on", True),
+        "topk, sb3 buffer": ours("on", False),
         "topk (standard)": ours("off", False),
     }
     return variants
@@ -184,11 +189,11 @@ def part_rollout(device: str, n_envs: int, n_steps: int, rounds: int) -> None:
             samples[name].append(time.perf_counter() - t0)
     secs = {k: statistics.median(v) for k, v in samples.items()}
     print(f"\nRollout on {device}: {n_envs} envs x {n_steps} steps of a no-op env, E=10, K=2, 3x256, median of {rounds}")
-    print(f"  {'variant':<20} {'ms/step':>8} {'x collector':>12} {'ops':>7} {'launches':>9} {'syncs':>6}")
+    print(f"  {'variant':<26} {'ms/step':>8} {'x device':>9} {'ops':>7} {'launches':>9} {'syncs':>6}")
     for name, fn in calls.items():
         ops, launches, syncs = count_ops(fn).per(n_steps)
         ms = 1e3 * secs[name] / n_steps
-        print(f"  {name:<20} {ms:8.3f} {secs[name] / secs['topk, collector']:12.2f} {ops:7.1f} {launches:9.1f} {syncs:6.2f}")
+        print(f"  {name:<26} {ms:8.3f} {secs[name] / secs['topk, device buffer+graph']:9.2f} {ops:7.1f} {launches:9.1f} {syncs:6.2f}")
 
 
 def part_e2e(device: str, task: str, n_envs: int, n_steps: int, updates: int, vec_env: str) -> None:

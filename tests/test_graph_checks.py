@@ -91,17 +91,17 @@ def test_acting_graph_checks_its_first_replay(faithful: bool, monkeypatch: pytes
         out.values.add_(0.5)
 
     model = _ppo()
-    collector = model._rollout_collector()
-    assert collector is not None
-    collector.cuda_graphs = True  # the CUDA path, on a CPU
+    acting = model._acting_graph()
+    assert acting is not None
+    acting.cuda_graphs = True  # the CUDA path, on a CPU
     monkeypatch.setattr(rollout_module, "capture", fake_capture(None if faithful else shift_values))
-    obs = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    obs = torch.from_numpy(np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32))
     with warnings.catch_warnings(record=True) as caught, torch.no_grad():
         warnings.simplefilter("always")
-        act = collector._acting(obs)
+        act = acting._acting(model.policy.forward, obs)
     messages = [str(w.message) for w in caught if "first replay" in str(w.message)]
     if faithful:
-        assert not messages and act is collector._captured and collector.cuda_graphs
+        assert not messages and act is acting._captured and acting.cuda_graphs
     else:
         assert len(messages) == 1 and "rollout acting" in messages[0]
-        assert act == collector._eager and not collector.cuda_graphs and collector._captured is None
+        assert act is None and not acting.cuda_graphs and acting._captured is None

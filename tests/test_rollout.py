@@ -1,22 +1,21 @@
-"""The device-resident rollout collector (rl_moe/algos/rollout.py) against SB3's ``collect_rollouts``."""
+"""Rollouts with the device buffer and graphed acting (rl_moe/algos/rollout.py) against SB3's own."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 import torch
+from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.vec_env import VecEnv
 
 from rl_moe.algos import MoEPPO
 from rl_moe.algos.fast import no_distribution_checks
 from rl_moe.algos.profiling import count_ops
-from rl_moe.algos.rollout import DeviceRolloutCollector
+from rl_moe.algos.rollout import DeviceRolloutBuffer, GraphedActing
 from rl_moe.nn import static_shapes
 from rl_moe.policies import MoEActorCriticPolicy
 
@@ -35,6 +34,11 @@ def _metaworld() -> VecEnv:
 
     suite = suite_of(resolve(RunRequest(suite="cw10", method="topk", tasks=1, device="cpu")))
     return make_task_env(task_factories(suite, suite.tasks[0], 2, 0), "dummy")  # 500-step episodes
+
+
+def _sb3_buffer(fast: str, env: VecEnv, n_steps: int, **kwargs) -> MoEPPO:
+    """The learner with SB3's own ``RolloutBuffer`` (the reference)."""
+    return _ppo(fast, env, n_steps, rollout_buffer_class=RolloutBuffer, **kwargs)
 
 
 def _ppo(fast: str, env: VecEnv, n_steps: int, **kwargs) -> MoEPPO:
@@ -60,31 +64,15 @@ def _collect(model: MoEPPO, n_steps: int, callback: BaseCallback | None = None) 
     return model.collect_rollouts(model.env, cb, model.rollout_buffer, n_steps)  # type: ignore[arg-type]
 
 
-@contextmanager
-def _sb3_loop_forbidden() -> Iterator[None]:
-    """Fail if SB3's own ``collect_rollouts`` runs (so a comparison compares two loops)."""
-    original = OnPolicyAlgorithm.collect_rollouts
-
-    def forbidden(*args, **kwargs):  # noqa: ANN002, ANN003
-        raise AssertionError("SB3's collect_rollouts ran instead of the collector")
-
-    OnPolicyAlgorithm.collect_rollouts = forbidden  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        OnPolicyAlgorithm.collect_rollouts = original  # type: ignore[method-assign]
-
-
 @pytest.mark.parametrize("make_env, n_steps", [(_pendulum, 256), (_metaworld, 512)], ids=["pendulum", "metaworld"])
-def test_collector_fills_the_buffer_bit_identically_to_sb3(make_env: Callable[[], VecEnv], n_steps: int) -> None:
+def test_device_buffer_fills_the_buffer_bit_identically_to_sb3(make_env: Callable[[], VecEnv], n_steps: int) -> None:
     """Same seed, one rollout each, episodes ending by time limit inside it (the bootstrapped rewards)."""
-    sb3 = _ppo("off", make_env(), n_steps)
-    assert sb3._rollout_collector() is None
+    sb3 = _sb3_buffer("off", make_env(), n_steps)
+    assert type(sb3.rollout_buffer) is RolloutBuffer and sb3._acting_graph() is None
     assert _collect(sb3, n_steps)
     ours = _ppo("on", make_env(), n_steps)
-    assert isinstance(ours._rollout_collector(), DeviceRolloutCollector)
-    with _sb3_loop_forbidden():
-        assert _collect(ours, n_steps)
+    assert isinstance(ours.rollout_buffer, DeviceRolloutBuffer) and isinstance(ours._acting_graph(), GraphedActing)
+    assert _collect(ours, n_steps)
     for name in ARRAYS:
         np.testing.assert_array_equal(getattr(ours.rollout_buffer, name), getattr(sb3.rollout_buffer, name), err_msg=name)
     assert sb3.rollout_buffer.episode_starts[1:].any()  # an episode ended inside the rollout
@@ -95,8 +83,8 @@ def test_collector_fills_the_buffer_bit_identically_to_sb3(make_env: Callable[[]
     assert [(e["r"], e["l"]) for e in ours.ep_info_buffer] == [(e["r"], e["l"]) for e in sb3.ep_info_buffer]
 
 
-def test_collector_stops_where_a_callback_says_so() -> None:
-    sb3 = _ppo("off", _pendulum(), 64)  # each seeds the global generators: build, then collect
+def test_device_buffer_keeps_a_rollout_a_callback_stopped() -> None:
+    sb3 = _sb3_buffer("off", _pendulum(), 64)  # each seeds the global generators: build, then collect
     assert _collect(sb3, 64, _StopAt(10)) is False
     ours = _ppo("on", _pendulum(), 64)
     assert _collect(ours, 64, _StopAt(10)) is False
@@ -106,13 +94,14 @@ def test_collector_stops_where_a_callback_says_so() -> None:
         np.testing.assert_array_equal(getattr(ours.rollout_buffer, name)[:9], getattr(sb3.rollout_buffer, name)[:9], err_msg=name)
 
 
-def test_collector_reads_the_device_once_per_step() -> None:
-    """Counts the host copies (``Tensor.cpu``) of one 64-step rollout: SB3 copies actions, values
-    and log-probabilities every step; the collector copies the actions, and the rest once."""
+def test_device_buffer_reads_the_device_once_per_step() -> None:
+    """Counts the host copies (``Tensor.cpu``) of one 64-step rollout: SB3's buffer copies actions,
+    values and log-probabilities every step; with the device buffer a step copies the actions, and
+    the rest is copied once."""
     counts = {}
     original = torch.Tensor.cpu
     for fast in ("off", "on"):
-        model = _ppo(fast, _pendulum(), 64)
+        model = (_sb3_buffer if fast == "off" else _ppo)(fast, _pendulum(), 64)
         calls = [0]
 
         def counting(self: torch.Tensor, *args, **kwargs):  # noqa: ANN002, ANN003
@@ -129,14 +118,35 @@ def test_collector_reads_the_device_once_per_step() -> None:
     assert 64 <= counts["on"] <= 64 + 3, counts  # + values, log-probs, last values
 
 
-def test_collector_runs_where_the_fast_update_runs() -> None:
-    assert _ppo("auto", _pendulum(), 64)._rollout_collector() is None  # CPU: SB3's loop
-    assert _ppo("on", _pendulum(), 64, use_sde=True)._rollout_collector() is None
+def test_graphed_acting_runs_where_the_device_update_runs() -> None:
+    assert _ppo("auto", _pendulum(), 64)._acting_graph() is None  # CPU: eager acting
+    assert _ppo("on", _pendulum(), 64, use_sde=True)._acting_graph() is None
     model = _ppo("on", _pendulum(), 64)
-    collector = model._rollout_collector()
-    assert collector is not None and collector is model._rollout_collector()  # kept between rollouts
-    assert collector.values.shape == (64, 2)
-    assert "_collector" in model._excluded_save_params()
+    acting = model._acting_graph()
+    assert acting is not None and acting is model._acting_graph()  # kept between rollouts
+    assert not acting.cuda_graphs  # graphs only on CUDA
+    assert model.rollout_buffer.device_values.shape == (64, 2)
+    assert "_acting" in model._excluded_save_params()
+
+
+def test_device_buffer_survives_save_and_load(tmp_path) -> None:
+    model = _ppo("on", _pendulum(), 64)
+    model.learn(128)
+    model.save(tmp_path / "m.zip")
+    loaded = MoEPPO.load(tmp_path / "m.zip", env=_pendulum(), device="cpu")
+    assert isinstance(loaded.rollout_buffer, DeviceRolloutBuffer)
+    loaded.learn(128)  # a rollout and an update with the reloaded buffer
+
+
+def test_installed_graph_forward_is_removed_afterwards() -> None:
+    """The graphed forward is an instance attribute only while a rollout runs (here with graphs
+    forced on a CPU and a fake capture, which replays the eager call)."""
+    model = _ppo("on", _pendulum(), 32)
+    acting = model._acting_graph()
+    acting.cuda_graphs = True
+    with acting.installed():
+        assert "forward" in vars(model.policy)
+    assert "forward" not in vars(model.policy)
 
 
 def test_collector_in_the_static_layout_has_no_value_reads() -> None:
@@ -148,7 +158,7 @@ def test_collector_in_the_static_layout_has_no_value_reads() -> None:
     counts = count_ops(lambda: model.collect_rollouts(model.env, cb, model.rollout_buffer, 32))
     assert counts.ops > 32 * 50
     assert counts.syncs == 0, counts.sync_names
-    standard = _ppo("off", _pendulum(), 32)
+    standard = _sb3_buffer("off", _pendulum(), 32)
     _, cb = standard._setup_learn(64, None)
     assert count_ops(lambda: standard.collect_rollouts(standard.env, cb, standard.rollout_buffer, 32)).syncs >= 32
 
@@ -161,14 +171,14 @@ def test_cuda_graph_acting_matches_the_policy() -> None:
         MoEActorCriticPolicy, _pendulum(), regularizers=[], n_steps=64, batch_size=32, n_epochs=1, seed=0,
         device="cuda", policy_kwargs=dict(moe="topk", **SMALL),
     )  # fmt: skip
-    collector = model._rollout_collector()
-    assert collector is not None and collector.cuda_graphs
-    obs = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    acting = model._acting_graph()
+    assert acting is not None and acting.cuda_graphs
+    obs = torch.from_numpy(np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)).cuda()
     for _ in range(2):
         with torch.no_grad(), static_shapes(True), no_distribution_checks():  # as collect_rollouts runs it
-            acted = collector._acting(obs)(obs)
-            assert collector._captured is not None
-            values, log_prob, _ = model.policy.evaluate_actions(torch.from_numpy(obs).cuda(), acted.actions)
+            acted = acting._acting(model.policy.forward, obs)(obs)
+            assert acting._captured is not None
+            values, log_prob, _ = model.policy.evaluate_actions(obs, acted.actions)
         torch.testing.assert_close(acted.values, values, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(acted.log_probs, log_prob, rtol=1e-5, atol=1e-5)
         with torch.no_grad():

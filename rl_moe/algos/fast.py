@@ -46,6 +46,7 @@ from rl_moe.algos.common import DeviceTermLog
 from rl_moe.algos.graphs import capture, capture_failed, replay_failed, replay_mismatch
 from rl_moe.algos.learner import PPOLearner
 from rl_moe.algos.ppo_loss import ppo_losses
+from rl_moe.algos.rollout import DeviceRolloutBuffer
 from rl_moe.nn.static import static_shapes
 
 #: ``fast_update`` choices.
@@ -71,8 +72,8 @@ def no_distribution_checks() -> Iterator[None]:
 
 def unsupported_reason(algo: PPOLearner) -> str | None:
     """Why the sync-free update cannot run this learner (None when it can)."""
-    if not isinstance(algo.rollout_buffer, RolloutBuffer) or type(algo.rollout_buffer) is not RolloutBuffer:
-        return f"rollout buffer {type(algo.rollout_buffer).__name__} (only RolloutBuffer)"
+    if type(algo.rollout_buffer) not in (RolloutBuffer, DeviceRolloutBuffer):
+        return f"rollout buffer {type(algo.rollout_buffer).__name__} (only RolloutBuffer, DeviceRolloutBuffer)"
     if algo.use_sde:
         return "gSDE exploration"
     unsafe = [reg.name for reg in algo.regularizers if not reg.graph_safe]

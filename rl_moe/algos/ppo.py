@@ -7,6 +7,7 @@ Same update as stable-baselines3's PPO (Schulman et al. 2017, arXiv:1707.06347),
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any, Sequence
 
 from stable_baselines3 import PPO
@@ -16,7 +17,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from rl_moe.algos.common import RegularizedMixin
 from rl_moe.algos.fast import FAST_MODES, PPOUpdate, no_distribution_checks, unsupported_reason
-from rl_moe.algos.rollout import DeviceRolloutCollector, unsupported_reason as rollout_unsupported
+from rl_moe.algos.rollout import DeviceRolloutBuffer, GraphedActing, unsupported_reason as rollout_unsupported
 from rl_moe.nn.static import static_shapes
 from rl_moe.algos.hooks import Regularizer
 
@@ -49,12 +50,14 @@ class MoEPPO(RegularizedMixin, PPO):
             raise ValueError(f"unknown fast_update {fast_update!r}; valid choices: {', '.join(FAST_MODES)}")
         self.fast_update, self.cuda_graphs = fast_update, cuda_graphs
         self._update: PPOUpdate | None = None
-        self._collector: DeviceRolloutCollector | None = None
+        self._acting: GraphedActing | None = None
         self._init_regularizers(regularizers)
+        # SB3's extension point: values and log-probabilities stay on the device during a rollout.
+        kwargs.setdefault("rollout_buffer_class", DeviceRolloutBuffer)
         super().__init__(policy, env, **kwargs)
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_update", "_collector"]
+        return [*super()._excluded_save_params(), "_update", "_acting"]
 
     def fast_path_reason(self) -> str | None:
         """Why this learner's update takes SB3's minibatches rather than the sync-free device path
@@ -80,28 +83,29 @@ class MoEPPO(RegularizedMixin, PPO):
         update = self._updater()
         return update if update.device_batches else None
 
-    def _rollout_collector(self) -> DeviceRolloutCollector | None:
-        """The device-resident collector where the update takes device minibatches and the spaces allow it."""
+    def _acting_graph(self) -> GraphedActing | None:
+        """The graphed policy call of the rollouts, where the update takes device minibatches
+        and the spaces allow it (a graph is only captured on CUDA)."""
         if self._fast_updater() is None or rollout_unsupported(self) is not None:
-            self._collector = None
+            self._acting = None
             return None
-        size = (self.rollout_buffer.buffer_size, self.rollout_buffer.n_envs)
-        current = self._collector
-        if current is None or current.algo.policy is not self.policy or tuple(current.values.shape) != size:
-            self._collector = DeviceRolloutCollector(self, cuda_graphs=self.cuda_graphs)
-        return self._collector
+        if self._acting is None or self._acting.algo.policy is not self.policy:
+            self._acting = GraphedActing(self, cuda_graphs=self.cuda_graphs)
+        return self._acting
 
     def collect_rollouts(self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int) -> bool:
         self.flush_update_logs()
-        fast, collector = self._fast_updater(), self._rollout_collector()
+        fast, acting = self._fast_updater(), self._acting_graph()
         if fast is None:
-            return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
-        # Acting without a host sync per distribution check, and with static MoE shapes where
-        # the update uses them (a handful of states per step: sorting rows costs more than it saves).
-        with no_distribution_checks(), static_shapes(fast.static):
-            if collector is None:
-                return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
-            return collector.collect(env, callback, rollout_buffer, n_rollout_steps)
+            running = super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+        else:
+            # Acting without a host sync per distribution check, and with static MoE shapes where
+            # the update uses them (a handful of states per step: sorting rows costs more than it saves).
+            with no_distribution_checks(), static_shapes(fast.static), acting.installed() if acting else nullcontext():
+                running = super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+        if isinstance(rollout_buffer, DeviceRolloutBuffer):  # also a rollout a callback stopped
+            rollout_buffer.flush()
+        return running
 
     def flush_update_logs(self) -> None:
         """Write the last update's pending ``train/*`` at the step it ran (before the next

@@ -1,30 +1,31 @@
-"""PPO rollout collection with one device-to-host copy per env step: the actions.
+"""PPO rollouts through SB3's own ``collect_rollouts``, with one device-to-host copy per env step.
 
-SB3's ``collect_rollouts`` copies the policy's actions, values and log-probabilities to the host at
-every step (``RolloutBuffer.add`` calls ``.cpu()`` on each), and each copy waits for the device.
-Here values and log-probabilities stay on the device in per-rollout arrays and reach the buffer in
-one copy when the rollout ends, before SB3's GAE (Schulman et al. 2016, arXiv:1506.02438) runs on
-it unchanged. On CUDA the policy call itself (features, MoE actor and critic in the static layout,
-action sampling, log-probability) is captured once as a CUDA graph at batch ``n_envs`` and replayed
-every step, so acting costs one launch instead of a few hundred.
+SB3's loop copies the policy's actions, values and log-probabilities to the host at every step
+(``RolloutBuffer.add`` calls ``.cpu()`` on the last two), and each copy waits for the device. Two of
+SB3's extension points remove the last two copies and, on CUDA, most of the kernel launches, without
+a second copy of the loop:
 
-The loop is SB3 2.x's ``OnPolicyAlgorithm.collect_rollouts`` for Box observation and action spaces
-without gSDE (the sync-free update's domain, :func:`rl_moe.algos.fast.unsupported_reason`), in the
-same order of random draws, so on a CPU the buffer is bit-identical to SB3's (tested).
+- :class:`DeviceRolloutBuffer`, PPO's ``rollout_buffer_class``: values and log-probabilities stay
+  on the device and reach SB3's arrays in one copy each, right before SB3's GAE (Schulman et al.
+  2016, arXiv:1506.02438) runs on them unchanged;
+- :class:`GraphedActing`: on CUDA, the policy call (features, MoE actor and critic in the static
+  layout, action sampling, log-probability) is captured once as a CUDA graph at batch ``n_envs``
+  and replayed every step, installed as the policy's ``forward`` while a rollout runs.
+
+On a CPU the buffer is bit-identical to SB3's (tested): the loop is SB3's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
-from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.utils import obs_as_tensor
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.policies import ActorCriticPolicy
 from torch import Tensor
 
 from rl_moe.algos.graphs import capture, capture_failed, replay_failed, replay_mismatch
@@ -40,7 +41,7 @@ class Acted(NamedTuple):
 
 
 def unsupported_reason(algo: PPOLearner) -> str | None:
-    """Why this collector cannot run the learner's rollouts (None when it can)."""
+    """Why the policy call of this learner's rollouts is not graphed (None when it can be)."""
     if not isinstance(algo.observation_space, spaces.Box):
         return f"observation space {type(algo.observation_space).__name__} (only Box)"
     if not isinstance(algo.action_space, spaces.Box):
@@ -50,28 +51,80 @@ def unsupported_reason(algo: PPOLearner) -> str | None:
     return None
 
 
-class _CapturedActing:
-    """The policy's forward at batch ``n_envs`` replayed from a CUDA graph.
+class _Unread:
+    """Stands in for a device tensor in SB3's ``RolloutBuffer.add``, which reads values and
+    log-probabilities as ``x.clone().cpu().numpy()``: zeros, with nothing copied from the device."""
 
-    Inputs and outputs are the graph's static tensors: each call overwrites the last call's
-    outputs, which the collector has copied away by then.
+    def __init__(self, n_envs: int) -> None:
+        self.shape = (n_envs,)
+        self._zeros = np.zeros(n_envs, dtype=np.float32)
+
+    def clone(self) -> _Unread:
+        return self
+
+    def cpu(self) -> _Unread:
+        return self
+
+    def numpy(self) -> np.ndarray:
+        return self._zeros
+
+
+class DeviceRolloutBuffer(RolloutBuffer):
+    """SB3's ``RolloutBuffer`` that keeps each step's values and log-probabilities on the device.
+
+    :meth:`add` hands SB3's own ``add`` placeholders for them (so nothing waits for the device)
+    and keeps the real ones in device arrays; :meth:`compute_returns_and_advantage`
+    copies them into SB3's arrays first, one copy each. Everything else is SB3's.
     """
 
-    def __init__(self, policy: torch.nn.Module, obs: Tensor) -> None:
+    def reset(self) -> None:
+        super().reset()
+        shape = (self.buffer_size, self.n_envs)
+        self.device_values = torch.zeros(shape, device=self.device)  # (T, n_envs)
+        self.device_log_probs = torch.zeros(shape, device=self.device)  # (T, n_envs)
+        self._placeholder = _Unread(self.n_envs)
+        self._flushed = 0
+
+    def add(self, obs: Any, action: np.ndarray, reward: np.ndarray, episode_start: np.ndarray, value: Tensor, log_prob: Tensor) -> None:
+        self.device_values[self.pos].copy_(value.detach().flatten())
+        self.device_log_probs[self.pos].copy_(log_prob.detach().reshape(self.n_envs))
+        super().add(obs, action, reward, episode_start, self._placeholder, self._placeholder)  # type: ignore[arg-type]
+
+    def flush(self) -> None:
+        """Copy the device values and log-probabilities of the steps added so far into SB3's arrays."""
+        if self.pos > self._flushed:
+            self.values[: self.pos] = self.device_values[: self.pos].cpu().numpy()
+            self.log_probs[: self.pos] = self.device_log_probs[: self.pos].cpu().numpy()
+            self._flushed = self.pos
+
+    def compute_returns_and_advantage(self, last_values: Tensor, dones: np.ndarray) -> None:
+        self.flush()
+        super().compute_returns_and_advantage(last_values, dones)
+
+
+class _CapturedActing:
+    """A policy forward at batch ``n_envs`` replayed from a CUDA graph.
+
+    Inputs and outputs are the graph's static tensors: each call overwrites the last call's
+    outputs, which SB3's loop has copied away (actions) or the buffer stored (values,
+    log-probabilities) by then.
+    """
+
+    def __init__(self, forward: Callable[[Tensor], Any], obs: Tensor) -> None:
         self.obs = obs.clone()  # (n_envs, *obs_shape), the graph's input
 
         def act() -> Acted:
             with torch.no_grad():
-                return Acted(*policy(self.obs))
+                return Acted(*forward(self.obs))
 
         self.graph, self.out = capture(act, self.obs.device)
 
-    def __call__(self, obs: np.ndarray) -> Acted:
-        self.obs.copy_(torch.from_numpy(obs))  # straight into the graph's input: one host-to-device copy
+    def __call__(self, obs: Tensor) -> Acted:
+        self.obs.copy_(obs)  # straight into the graph's input
         self.graph.replay()
         return self.out
 
-    def mismatch(self, policy: torch.nn.Module, obs: np.ndarray) -> float | None:
+    def mismatch(self, policy: ActorCriticPolicy, obs: Tensor) -> float | None:
         """Replay once and compare with the eager policy on the same states: values, and the
         log-probabilities of the replayed (sampled) actions. None when they agree."""
         out = self(obs)
@@ -80,120 +133,56 @@ class _CapturedActing:
         return replay_mismatch([out.values.flatten(), out.log_probs], [values.flatten(), log_prob])
 
 
-class DeviceRolloutCollector:
-    """Fills a learner's ``RolloutBuffer`` like SB3's ``collect_rollouts``, reading the device once per step.
+class GraphedActing:
+    """The CUDA-graph policy call of one learner's rollouts (eager where no graph can run).
 
-    :param algo: the learner (its policy, envs and buffer)
+    :param algo: the learner
     :param cuda_graphs: on CUDA, replay the policy call from a CUDA graph (falls back to eager
-        calls, with a warning, when the capture fails)
+        calls, with a warning, when the capture fails or its first replay disagrees)
     """
 
     def __init__(self, algo: PPOLearner, cuda_graphs: bool = True) -> None:
         self.algo = algo
-        self.device = algo.device
-        self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
-        buffer = algo.rollout_buffer
-        self.values = torch.zeros((buffer.buffer_size, buffer.n_envs), device=self.device)  # (T, n_envs)
-        self.log_probs = torch.zeros_like(self.values)  # (T, n_envs)
+        self.cuda_graphs = cuda_graphs and algo.device.type == "cuda"
         self._captured: _CapturedActing | None = None
         self._captured_key: tuple[Any, ...] | None = None
 
-    # --- acting -------------------------------------------------------------------------------
-
-    def _eager(self, obs: np.ndarray) -> Acted:
-        with torch.no_grad():
-            return Acted(*self.algo.policy(obs_as_tensor(obs, self.device)))
-
-    def _acting(self, obs: np.ndarray) -> Callable[[np.ndarray], Acted]:
-        """The policy call of this rollout: a graph replay when one can be (or was) captured."""
-        if not self.cuda_graphs:
-            return self._eager
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        """The policy's ``forward`` replays the graph inside the ``with`` block (SB3's loop calls
+        ``policy(obs)``); the class's own forward is back afterwards."""
         policy = self.algo.policy
-        # A graph reads the parameters' storage: a new policy or a replaced tensor needs a new one.
+        if not self.cuda_graphs:
+            yield
+            return
+        eager = policy.forward
+
+        def forward(obs: Tensor, deterministic: bool = False) -> Any:
+            act = None if deterministic else self._acting(eager, obs)
+            return eager(obs, deterministic) if act is None else tuple(act(obs))
+
+        policy.forward = forward  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            del policy.forward  # the instance attribute; the class's forward shows through again
+
+    def _acting(self, eager: Callable[..., Any], obs: Tensor) -> _CapturedActing | None:
+        """This rollout's graph (None: act eagerly), captured again when the policy, its parameter
+        tensors or the batch change, since a graph reads their storage."""
+        policy = self.algo.policy
         key = (id(policy), tuple(obs.shape), tuple(p.data_ptr() for p in policy.parameters()))
         if key != self._captured_key:
             self._captured, self._captured_key = None, key
             try:
-                self._captured = _CapturedActing(policy, obs_as_tensor(obs, self.device))
+                self._captured = _CapturedActing(eager, obs)
             except RuntimeError as exc:  # an op the capture refuses: act eagerly
                 capture_failed("rollout acting", exc)
                 self.cuda_graphs = False
-                return self._eager
+                return None
             diff = self._captured.mismatch(policy, obs)
             if diff is not None:  # the graph checks itself on its first replay
                 replay_failed("rollout acting", diff)
                 self.cuda_graphs, self._captured = False, None
-                return self._eager
-        assert self._captured is not None
-        return self._captured
-
-    # --- one rollout --------------------------------------------------------------------------
-
-    def collect(self, env: VecEnv, callback: BaseCallback, buffer: RolloutBuffer, n_rollout_steps: int) -> bool:
-        """One rollout of ``n_rollout_steps`` per env (replaces ``collect_rollouts``).
-
-        :return: False when a callback stopped the rollout early (as in SB3)
-        """
-        algo = self.algo
-        policy = algo.policy
-        assert algo._last_obs is not None, "No previous observation was provided"
-        policy.set_training_mode(False)
-        buffer.reset()
-        callback.on_rollout_start()
-        act = self._acting(algo._last_obs)  # type: ignore[arg-type]
-        low, high = algo.action_space.low, algo.action_space.high  # type: ignore[union-attr]
-        new_obs: np.ndarray = algo._last_obs  # type: ignore[assignment]
-        dones = algo._last_episode_starts
-        for step in range(n_rollout_steps):
-            acted = act(algo._last_obs)  # type: ignore[arg-type]
-            actions = acted.actions.cpu().numpy()  # the step's one device-to-host copy
-            self.values[step].copy_(acted.values.flatten())
-            self.log_probs[step].copy_(acted.log_probs)
-            # Unbounded Gaussian samples are clipped to the env's bounds, squashed ones rescaled.
-            env_actions = policy.unscale_action(actions) if policy.squash_output else np.clip(actions, low, high)
-            new_obs, rewards, dones, infos = env.step(env_actions)
-            algo.num_timesteps += env.num_envs
-            callback.update_locals(locals())
-            if not callback.on_step():
-                self._flush(buffer, step)
-                return False
-            algo._update_info_buffer(infos, dones)
-            self._bootstrap_truncated(rewards, dones, infos)
-            self._store(buffer, algo._last_obs, actions, rewards, algo._last_episode_starts)  # type: ignore[arg-type]
-            algo._last_obs = new_obs  # type: ignore[assignment]
-            algo._last_episode_starts = dones
-        with torch.no_grad():
-            last_values = policy.predict_values(obs_as_tensor(new_obs, self.device))  # type: ignore[arg-type]
-        self._flush(buffer, n_rollout_steps)
-        buffer.compute_returns_and_advantage(last_values=last_values, dones=dones)  # type: ignore[arg-type]
-        callback.update_locals(locals())
-        callback.on_rollout_end()
-        return True
-
-    def _bootstrap_truncated(self, rewards: np.ndarray, dones: np.ndarray, infos: list[dict]) -> None:
-        """A time-limit end is not a terminal state: add gamma * V(final obs) to its reward (SB3 #633)."""
-        algo = self.algo
-        for idx, done in enumerate(dones):
-            info = infos[idx]
-            if done and info.get("terminal_observation") is not None and info.get("TimeLimit.truncated", False):
-                terminal_obs = algo.policy.obs_to_tensor(info["terminal_observation"])[0]
-                with torch.no_grad():
-                    terminal_value = algo.policy.predict_values(terminal_obs)[0]  # type: ignore[arg-type]
-                rewards[idx] += (algo.gamma * terminal_value).cpu().numpy()[0]
-
-    @staticmethod
-    def _store(buffer: RolloutBuffer, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, starts: np.ndarray) -> None:
-        """``RolloutBuffer.add`` without the values and log-probabilities (written by :meth:`_flush`)."""
-        pos = buffer.pos
-        buffer.observations[pos] = np.array(obs)
-        buffer.actions[pos] = np.array(actions.reshape((buffer.n_envs, buffer.action_dim)))
-        buffer.rewards[pos] = np.array(rewards)
-        buffer.episode_starts[pos] = np.array(starts)
-        buffer.pos += 1
-        buffer.full = buffer.pos == buffer.buffer_size
-
-    def _flush(self, buffer: RolloutBuffer, n_steps: int) -> None:
-        """The rollout's values and log-probabilities into the buffer: one copy each."""
-        if n_steps:
-            buffer.values[:n_steps] = self.values[:n_steps].cpu().numpy()
-            buffer.log_probs[:n_steps] = self.log_probs[:n_steps].cpu().numpy()
+                return None
+        return self._captured if self.cuda_graphs else None
