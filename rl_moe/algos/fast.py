@@ -178,7 +178,6 @@ class PPOUpdate:
         clip_range_vf = None if algo.clip_range_vf is None else float(algo.clip_range_vf(algo._current_progress_remaining))  # type: ignore[operator]
         self.clip_range.fill_(clip_range)
         self.clip_range_vf.fill_(0.0 if clip_range_vf is None else clip_range_vf)
-        self._host_clip = (clip_range, clip_range_vf)
         if self.rollout is not None:
             self.rollout.fill(algo.rollout_buffer)
         self.stats.zero_()
@@ -189,7 +188,7 @@ class PPOUpdate:
             self.kl.zero_()
             last_epoch_batches = 0
             for batch in self._minibatches():
-                self._run_minibatch(batch)
+                self._run_minibatch(batch, (clip_range, clip_range_vf))
                 algo._after_update("ppo")
                 n_minibatches += 1
                 last_epoch_batches += 1
@@ -212,9 +211,11 @@ class PPOUpdate:
         for start in range(0, n_rows, self.algo.batch_size):
             yield perm[start : start + self.algo.batch_size]
 
-    def _run_minibatch(self, batch: Tensor | RolloutBufferSamples) -> None:
-        if not isinstance(batch, Tensor):  # SB3's samples, with the clip ranges as SB3 passes them
-            self.step(batch, *self._host_clip, sync_free=False)
+    def _run_minibatch(self, batch: Tensor | RolloutBufferSamples, host_clip: tuple[float, float | None]) -> None:
+        """One step on SB3's samples (with the clip ranges as floats, as SB3 passes them) or on
+        device row indices (eager, or replayed from the minibatch's CUDA graph)."""
+        if not isinstance(batch, Tensor):
+            self.step(batch, *host_clip, sync_free=False)
             return
         index = batch
         if not self.cuda_graphs:
@@ -376,5 +377,6 @@ class PPOUpdate:
         logger.record("train/clip_range", clip_range)
         if clip_range_vf is not None:
             logger.record("train/clip_range_vf", clip_range_vf)
-        # A replayed graph does not count its additions; eager steps do, per term.
-        algo._record_regularizer_logs(self.terms.means(n_minibatches if self.cuda_graphs else None))
+        # Device batches: one addition per minibatch, which a replayed graph does not count; SB3's
+        # batches run eagerly, so each term's own count holds (a term some minibatches skip).
+        algo._record_regularizer_logs(self.terms.means(n_minibatches if self.device_batches else None))

@@ -77,13 +77,17 @@ class DeviceRolloutBuffer(RolloutBuffer):
     copies them into SB3's arrays first, one copy each. Everything else is SB3's.
     """
 
-    def reset(self) -> None:
-        super().reset()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Allocated once: a rollout writes rows 0..pos-1 before they are read, so reset need not clear them.
         shape = (self.buffer_size, self.n_envs)
         self.device_values = torch.zeros(shape, device=self.device)  # (T, n_envs)
         self.device_log_probs = torch.zeros(shape, device=self.device)  # (T, n_envs)
         self._placeholder = _Unread(self.n_envs)
-        self._flushed = 0
+
+    def reset(self) -> None:
+        super().reset()
+        self._flushed = 0  # rows already copied into SB3's arrays
 
     def add(self, obs: Any, action: np.ndarray, reward: np.ndarray, episode_start: np.ndarray, value: Tensor, log_prob: Tensor) -> None:
         self.device_values[self.pos].copy_(value.detach().flatten())

@@ -150,8 +150,8 @@ def resolve(req: RunRequest) -> RunConfig:
         settings[name] = {**settings.get(name, {}), **kwargs}
     # Every regularizer the suite sets is checked (a typo there is caught whatever the method);
     # the run keeps the method's.
-    regularizer_configs(suite.regularizers, settings)
-    regs = regularizer_configs(method.regularizers, settings)
+    checked = regularizer_configs(dict.fromkeys([*method.regularizers, *suite.regularizers]), settings)
+    regs = {name: checked[name] for name in method.regularizers}
     bundle: tuple[str, ...] = ()
     if req.preset is not None:
         bundle = OVERRIDE_PRESETS[check_choice(req.preset, tuple(OVERRIDE_PRESETS), "preset")]

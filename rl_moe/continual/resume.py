@@ -156,5 +156,5 @@ def with_overrides(cfg: RunConfig, overrides: list[str], source: str = "--set") 
         raise UsageError(f"{what} cannot change a resumed run: net.* settings fix the shapes of its checkpoints; start a new run to change them")
     check_sections(sections)
     # A config.json without one of the method's regularizers (none this version writes) gets its defaults.
-    missing = regularizer_configs([name for name in regs_used if name not in regs], {})
-    return dataclasses.replace(cfg, regularizers={name: {**missing, **regs}[name] for name in regs_used}, **sections)
+    regs = {**regularizer_configs([name for name in regs_used if name not in regs], {}), **regs}
+    return dataclasses.replace(cfg, regularizers={name: regs[name] for name in regs_used}, **sections)
