@@ -385,6 +385,32 @@ def test_progress_line_counts_trials_steps_and_eta(tmp_path: Path) -> None:
     assert line(snap, 10.0) == "sweep: 1 done, 1 running, 1 queued; 512 env steps in 0:00:10, 51 env steps/s; ETA 0:01:10"
 
 
+def test_progress_of_a_resumed_trial_counts_from_its_finished_tasks(tmp_path: Path) -> None:
+    # An interrupted attempt logged up to step 1,536 in task 2; the resumed run restarts task 2 at
+    # 1,024 and has reached 1,280, so this sweep trained 256 steps (not 0, as when counting from
+    # the interrupted attempt's last step).
+    from torch.utils.tensorboard import SummaryWriter
+
+    from rl_moe.sweep.progress import Heartbeat, snapshot
+
+    cfg = SweepConfig(suites=("smoke",), methods=("topk",), out=tmp_path)
+    (trial,) = grid(cfg)
+    trial.run_dir.mkdir(parents=True)
+    (trial.run_dir / "results.json").write_text(json.dumps({"task_segments": [[0, 1024]]}))
+    with SummaryWriter(str(trial.run_dir / "tb"), filename_suffix=".a") as w:
+        for step in (512, 1024, 1280, 1536):
+            w.add_scalar("time/fps", 100.0, step)
+    heartbeat = Heartbeat([trial], set(), every=60.0)
+    heartbeat.__enter__()
+    heartbeat.__exit__()
+    assert heartbeat.before == {trial.run_dir: 1024}
+    time.sleep(1.1)  # the resumed writer's file sorts after the first (its name holds the time)
+    with SummaryWriter(str(trial.run_dir / "tb"), filename_suffix=".b") as w:
+        for step in (1152, 1280):
+            w.add_scalar("time/fps", 100.0, step)
+    assert snapshot([trial], set(), heartbeat.before).steps == 256
+
+
 @pytest.mark.parametrize("backend", ["sequential", "local"])
 def test_a_trial_stopped_by_ctrl_c_stops_the_sweep(tmp_path: Path, backend: str) -> None:
     # Ctrl-C reaches the whole process group: a trial can exit 130 before the sweep sees the

@@ -98,7 +98,9 @@ class Heartbeat:
 
     def __enter__(self) -> Heartbeat:
         if self.every > 0:  # no progress lines: no event files read
-            self.before = {t.run_dir: live_steps(t.run_dir) for t in self.trials}
+            # A resumed trial restarts its unfinished task from the task's start, so this sweep's
+            # steps count from its finished tasks, not from an interrupted attempt's last logged step.
+            self.before = {t.run_dir: trained_steps(t.run_dir) for t in self.trials}
             self._thread.start()
         return self
 
