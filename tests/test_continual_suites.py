@@ -357,3 +357,43 @@ def test_run_config_sections_are_the_settable_sections_and_pick_the_learners():
     assert all(isinstance(v, SECTIONS[k]) for k, v in cfg.sections().items())
     assert cfg.learner_settings is cfg.td3
     assert dataclasses.replace(cfg, algo="ppo").learner_settings is cfg.ppo
+
+
+def _reward_after_one_still_step(reward_version: str | None) -> tuple[float, gym.Env]:
+    from rl_moe.continual.suite_spec import TaskSpec
+
+    params = {} if reward_version is None else {"reward_version": reward_version}
+    suite = load_suite("cw10")
+    env = EnvFactory(suite.family, TaskSpec("hammer-v3", params=params), suite.episode_length, suite.success_type, seed=3)()
+    env.reset()
+    _, reward, *_ = env.step(np.zeros(4, dtype=np.float32))
+    return float(reward), env
+
+
+def test_metaworld_reward_version_picks_the_reward_the_agent_sees() -> None:
+    # hammer's v1 reward for a hand away from the handle is minus the handle-to-fingertips
+    # distance (no pick, no hammer term); v2 pays grab and the at-rest "lifted" share instead.
+    v1, env = _reward_after_one_still_step("v1")
+    base = env.unwrapped
+    fingers = (base._get_site_pos("rightEndEffector") + base._get_site_pos("leftEndEffector")) / 2
+    reach = float(np.linalg.norm(base._get_pos_objects()[:3] - fingers))
+    assert reach > 0.1 and v1 == pytest.approx(-reach, abs=1e-6)
+    v2, _ = _reward_after_one_still_step(None)
+    assert v2 > 0.1  # grab and the at-rest "lifted" share: positive where v1 is negative
+    assert _reward_after_one_still_step("v2")[0] == pytest.approx(v2)
+
+
+def test_bad_metaworld_task_fields_exit_2_naming_the_choices(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from rl_moe.crl import main
+
+    data = json.loads((SUITES / "cw10.json").read_text())
+    for task, message in (
+        ({"name": "hammer-v3", "reward_version": "v9"}, "unknown reward_version 'v9' of MetaWorld task 'hammer-v3'; valid choices: v2, v1"),
+        ({"name": "hammer-v3", "rewrd_version": "v1"}, "unknown field 'rewrd_version' of MetaWorld task 'hammer-v3'"),
+    ):
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps({**data, "tasks": [task]}))
+        assert main(["--suite", str(path), "--tasks", "1", "--out", str(tmp_path / "runs"), "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "runs").exists()

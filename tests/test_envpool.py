@@ -8,6 +8,7 @@ Tests that need the package skip when it is absent; CI installs the ``envpool`` 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -190,6 +191,11 @@ def test_tasks_not_verified_run_on_official_envs(capsys: pytest.CaptureFixture, 
         assert err.count(f"note: {name} runs on the official in-process envs") == 1 and ENVPOOL_MISMATCHED[name] in err
     env = make_vec_env(task_factories(CW10, _task("push-v3"), 2, 0), "envpool")
     assert isinstance(env, EnvPoolMetaWorld)
+    env.close()
+    # EnvPool computes MetaWorld's default reward only: another reward version runs in-process.
+    v1 = dataclasses.replace(_task("push-v3"), params={"reward_version": "v1"})
+    env = make_vec_env(task_factories(CW10, v1, 2, 0), "envpool")
+    assert isinstance(env, DummyVecEnv) and env.envs[0].unwrapped.reward_function_version == "v1"
     env.close()
 
 

@@ -87,7 +87,9 @@ _FELL_BACK: set[str] = set()
 def _note_fallback(task: str) -> None:
     if task not in _FELL_BACK:
         _FELL_BACK.add(task)
-        why = ENVPOOL_MISMATCHED.get(task, "it has not been checked against the official env (rl_moe.continual.backend_check)")
+        why = ENVPOOL_MISMATCHED.get(
+            task, "the task, or the suite's settings for it, have not been checked against the official env (rl_moe.continual.backend_check)"
+        )
         sys.stderr.write(f"note: {task} runs on the official in-process envs, not EnvPool: {why}\n")
 
 

@@ -66,6 +66,19 @@ class EnvFamily:
 
 
 # ---- MetaWorld ---------------------------------------------------------------------------------
+#: MetaWorld's reward functions, picked per task by the suite field ``reward_version``. "v2" is
+#: metaworld 3.x's default; "v1" is the earlier formulation that every v3 env keeps as an option
+#: (``reward_function_version``), closer to the v1 tasks Continual World was defined on.
+METAWORLD_REWARD_VERSIONS: tuple[str, ...] = ("v2", "v1")
+#: MetaWorld task fields a suite file may set besides ``name``.
+METAWORLD_TASK_FIELDS: tuple[str, ...] = ("reward_version",)
+
+
+def metaworld_reward_version(task: TaskSpec) -> str:
+    """The reward function ``task`` trains on (``reward_version``, default "v2")."""
+    return str(task.params.get("reward_version", METAWORLD_REWARD_VERSIONS[0]))
+
+
 def _make_metaworld(task: TaskSpec, seed: int) -> gym.Env:
     import metaworld  # noqa: F401  (registers the Meta-World/* ids)
 
@@ -74,6 +87,8 @@ def _make_metaworld(task: TaskSpec, seed: int) -> gym.Env:
     env = gym.make("Meta-World/goal_observable", env_name=task.name, seed=seed, disable_env_checker=True)
     env.unwrapped._freeze_rand_vec = False  # type: ignore[attr-defined]
     env.unwrapped.seeded_rand_vec = True  # type: ignore[attr-defined]
+    # compute_reward reads the attribute at every step, so setting it after construction is enough.
+    env.unwrapped.reward_function_version = metaworld_reward_version(task)  # type: ignore[attr-defined]
     return env
 
 
@@ -93,6 +108,17 @@ def _check_metaworld_tasks(suite: Suite) -> None:
     for t in (*suite.tasks, *suite.probe_tasks):
         if t.name not in valid:
             raise UsageError(f"unknown MetaWorld task {t.name!r} in suite {suite.name!r}; valid choices: {', '.join(valid)}")
+        unknown = [k for k in t.params if k not in METAWORLD_TASK_FIELDS]
+        if unknown:
+            raise UsageError(
+                f"unknown field {unknown[0]!r} of MetaWorld task {t.name!r} in suite {suite.name!r}; "
+                f"valid choices: name, success_bar, {', '.join(METAWORLD_TASK_FIELDS)}"
+            )
+        if metaworld_reward_version(t) not in METAWORLD_REWARD_VERSIONS:
+            raise UsageError(
+                f"unknown reward_version {t.params['reward_version']!r} of MetaWorld task {t.name!r}; "
+                f"valid choices: {', '.join(METAWORLD_REWARD_VERSIONS)}"
+            )
 
 
 def _check_metaworld_available() -> None:
@@ -121,6 +147,8 @@ def metaworld_expert(task: str) -> Expert:
 
 def _metaworld_pool(task: TaskSpec, seeds: list[int], episode_length: int, threads: int) -> Any:
     if task.name not in ENVPOOL_VERIFIED:  # unchecked or failed: the official env serves it
+        return None
+    if metaworld_reward_version(task) != METAWORLD_REWARD_VERSIONS[0]:  # EnvPool computes the default reward only
         return None
     return EnvPoolMetaWorld(task.name, seeds, episode_length, threads, official_observation_space())
 
