@@ -7,7 +7,9 @@ The v2 reward is ``(2·grab + 6·in_place)·quat``: ``grab`` (caging and grippin
 ``grasp_reward``, ``grasp_success`` at ≥ 0.5), ``in_place`` (0.1 once the head is above 2 cm, plus up to 0.9 as
 the head nears the nail, info ``in_place_reward``), ``quat`` (the hammer lying flat). Success is the nail driven in. Prints, for MetaWorld's scripted policy, zero actions and each
 run's hammer checkpoint (deterministic and sampled actions), the mean over ``--episodes`` fresh
-goals of the return, the peak grab reward, the share of episodes that grasp, lift and succeed.
+goals of the return, the peak grab reward, the peak hammer height, and the share of episodes that
+grasp, lift, succeed and end with the hammer flat. Episodes run on the default (v2) reward, also
+for a run trained on another ``reward_version``: the dynamics are the same, so the stages compare.
 Needs the run's checkpoints, which results/ does not keep: run it on the run folder itself.
 """
 
@@ -29,27 +31,33 @@ HORIZON = 200  # Continual World's episode length
 # The handle rests at z ≈ 0.028, above the env's own 2 cm "lifted" test, so that test (and its
 # 0.1 share of in_place) is met at rest; a lift here is the handle 2 cm above its resting height.
 LIFT_Z = 0.05
+# The v2 reward's orientation factor falls from 1 to 0 as the hammer's quaternion (obs[7:11])
+# moves 0.4 away from [1, 0, 0, 0]; within 0.2 it keeps at least half, which we call "flat".
+FLAT_QUAT_ERROR = 0.2
 
 Policy = Callable[[np.ndarray], np.ndarray]
 
 
 def episode_stages(policy: Policy, seed: int) -> dict[str, float]:
-    """Return, peak grab reward and whether the episode grasped, lifted and succeeded."""
+    """Return, peak grab reward, peak hammer height, and whether the episode grasped, lifted,
+    succeeded and left the hammer flat."""
     env = FAMILIES["metaworld"].make(TaskSpec(TASK), seed)
     obs, _ = env.reset()
-    ret, grab, grasped, lifted, won = 0.0, 0.0, False, False, False
+    ret, grab, peak_z, grasped, lifted, won = 0.0, 0.0, 0.0, False, False, False
     for _ in range(HORIZON):
         obs, reward, terminated, truncated, info = env.step(policy(obs))
         ret += float(reward)
         grab = max(grab, float(info["grasp_reward"]))
         grasped = grasped or bool(info["grasp_success"])
-        lifted = lifted or float(obs[6]) > LIFT_Z  # obs[4:7] is the hammer's position
+        peak_z = max(peak_z, float(obs[6]))  # obs[4:7] is the hammer's position
+        lifted = lifted or float(obs[6]) > LIFT_Z
         won = won or bool(info["success"])
         if terminated or truncated:
             break
     env.close()
-    stages = {"grasp": grasped, "lift": lifted, "success": won}
-    return {"return": ret, "peak grab": grab} | {k: float(v) for k, v in stages.items()}
+    flat = float(np.linalg.norm(obs[7:11] - np.array([1.0, 0.0, 0.0, 0.0]))) < FLAT_QUAT_ERROR
+    stages = {"grasp": grasped, "lift": lifted, "success": won, "flat at end": flat}
+    return {"return": ret, "peak grab": grab, "peak z": peak_z} | {k: float(v) for k, v in stages.items()}
 
 
 def summarize(name: str, policy: Policy, episodes: int) -> None:
