@@ -197,6 +197,7 @@ def test_tasks_not_verified_run_on_official_envs(capsys: pytest.CaptureFixture, 
     env = make_vec_env(task_factories(CW10, v1, 2, 0), "envpool")
     assert isinstance(env, DummyVecEnv) and env.envs[0].unwrapped.reward_function_version == "v1"
     env.close()
+    assert "push-v3 runs on the official in-process envs, not EnvPool: EnvPool computes MetaWorld's default reward only, not reward_version 'v1'" in capsys.readouterr().err
 
 
 @needs_envpool

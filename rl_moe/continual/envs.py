@@ -18,7 +18,6 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from rl_moe.continual import envpool_env
-from rl_moe.continual.envpool_env import ENVPOOL_MISMATCHED
 from rl_moe.continual.errors import UsageError
 from rl_moe.continual.families import FAMILIES
 from rl_moe.continual.suite_spec import Suite, TaskSpec
@@ -84,13 +83,11 @@ def task_factories(suite: Suite, task: TaskSpec, n_envs: int, seed: int) -> list
 _FELL_BACK: set[str] = set()
 
 
-def _note_fallback(task: str) -> None:
-    if task not in _FELL_BACK:
-        _FELL_BACK.add(task)
-        why = ENVPOOL_MISMATCHED.get(
-            task, "the task, or the suite's settings for it, have not been checked against the official env (rl_moe.continual.backend_check)"
-        )
-        sys.stderr.write(f"note: {task} runs on the official in-process envs, not EnvPool: {why}\n")
+def _note_fallback(task: str, why: str) -> None:
+    note = f"note: {task} runs on the official in-process envs, not EnvPool: {why}\n"
+    if note not in _FELL_BACK:
+        _FELL_BACK.add(note)
+        sys.stderr.write(note)
 
 
 def resolve_vec_env_type(vec_env: str, n_envs: int, cpu_count: int | None = None, family: str | None = None) -> str:
@@ -132,9 +129,9 @@ def make_vec_env(factories: list[EnvFactory], vec_type: str) -> VecEnv:
         if pool is None:
             raise UsageError(f"--vec-env envpool has no {first.family!r} envs")
         env = pool(first.task, [f.seed for f in factories], first.episode_length, pool_threads())
-        if env is not None:
+        if not isinstance(env, str):
             return env
-        _note_fallback(first.task.name)
+        _note_fallback(first.task.name, env)
         vec_type = "dummy"
     if vec_type == "subproc" and len(factories) > 1:
         return SubprocVecEnv(list(factories))

@@ -14,7 +14,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from rl_moe.continual.envpool_env import ENVPOOL_VERIFIED, EnvPoolMetaWorld, official_observation_space
+from rl_moe.continual.envpool_env import ENVPOOL_MISMATCHED, ENVPOOL_VERIFIED, EnvPoolMetaWorld, official_observation_space
 from rl_moe.continual.errors import MissingDependencyError, UsageError
 from rl_moe.continual.suite_spec import Suite, TaskSpec
 from rl_moe.continual.wrappers import PermuteObsFlipAction
@@ -51,9 +51,10 @@ class EnvFamily:
         the family's package is missing
     :param expert: ``task name -> scripted policy`` for ``probe.policy=expert``, raising
         ValueError for a task without one; None where the family has no experts
-    :param pool: ``(task, seeds, episode_length, threads) -> VecEnv | None``, a native vectorized
-        backend (``--vec-env envpool``) with the same protocol as the factories, returning None for
-        a task it does not serve faithfully; None where the family has no native backend
+    :param pool: ``(task, seeds, episode_length, threads) -> VecEnv | str``, a native vectorized
+        backend (``--vec-env envpool``) with the same protocol as the factories, returning instead
+        a one-line reason for a task it does not serve faithfully (the official envs then serve
+        it); None where the family has no native backend
     """
 
     name: str
@@ -146,10 +147,14 @@ def metaworld_expert(task: str) -> Expert:
 
 
 def _metaworld_pool(task: TaskSpec, seeds: list[int], episode_length: int, threads: int) -> Any:
-    if task.name not in ENVPOOL_VERIFIED:  # unchecked or failed: the official env serves it
-        return None
-    if metaworld_reward_version(task) != METAWORLD_REWARD_VERSIONS[0]:  # EnvPool computes the default reward only
-        return None
+    """EnvPool's native MetaWorld v3 envs for ``task``, or why the official envs serve it."""
+    if task.name in ENVPOOL_MISMATCHED:
+        return ENVPOOL_MISMATCHED[task.name]
+    if task.name not in ENVPOOL_VERIFIED:
+        return "it has not been checked against the official env (rl_moe.continual.backend_check)"
+    version = metaworld_reward_version(task)
+    if version != METAWORLD_REWARD_VERSIONS[0]:
+        return f"EnvPool computes MetaWorld's default reward only, not reward_version {version!r}"
     return EnvPoolMetaWorld(task.name, seeds, episode_length, threads, official_observation_space())
 
 
