@@ -44,7 +44,7 @@ def test_user_suite_file_and_errors(tmp_path: Path) -> None:
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(data))
     assert load_suite(str(path)).task_names == ("pendulum-0",)
-    with pytest.raises(UsageError, match="valid choices: cw10, cw20, hb5, smoke"):
+    with pytest.raises(UsageError, match="valid choices: cw10, cw10-paper, cw20, hb5, smoke"):
         load_suite("cw11")
     del data["family"]
     path.write_text(json.dumps(data))

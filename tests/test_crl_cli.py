@@ -220,7 +220,7 @@ def test_forward_transfer_with_rl_reference(tmp_path: Path) -> None:
 
 
 BAD_INPUTS = [
-    (["--suite", "cw11"], "valid choices: cw10, cw20, hb5, smoke"),
+    (["--suite", "cw11"], "valid choices: cw10, cw10-paper, cw20, hb5, smoke"),
     (["--algo", "sac"], "valid choices: ppo, td3"),
     (["--method", "moe"], "valid choices: topk, dense_moe"),
     (["--protocol", "joint"], "valid choices: crl, rl"),

@@ -52,7 +52,7 @@ from rl_moe.nn.static import static_shapes
 #: ``fast_update`` choices.
 FAST_MODES: tuple[str, ...] = ("auto", "on", "off")
 #: Columns of the per-update statistics accumulated on the device.
-_STATS = ("policy_gradient_loss", "value_loss", "entropy_loss", "clip_fraction")
+_STATS = ("policy_gradient_loss", "value_loss", "entropy_loss", "clip_fraction", "grad_norm_actor", "grad_norm_critic")
 
 
 @contextmanager
@@ -281,12 +281,12 @@ class PPOUpdate:
             losses = ppo_losses(algo, batch, clip_range, clip_range_vf)
             policy.optimizer.zero_grad(set_to_none=True)
             total = algo._backward(losses.context(algo, batch, sync_free=sync_free), losses.actor, algo.vf_coef * losses.value, policy.parameters(), sink=self.terms)
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), algo.max_grad_norm)
+        norms = algo.clip_gradients()  # (2,) actor, critic before clipping
         policy.optimizer.step()
         with torch.no_grad():
             self.kl.add_(losses.approx_kl())
             terms = (losses.policy, losses.value, losses.entropy, losses.clip_fraction(clip_range))
-            self.stats.add_(torch.stack(terms).detach())
+            self.stats.add_(torch.cat([torch.stack(terms).detach(), norms.detach().to(self.stats.dtype)]))
             self.total.copy_(total)
 
     # --- CUDA graphs --------------------------------------------------------------------------
@@ -295,7 +295,7 @@ class PPOUpdate:
         """What a captured graph bakes in: when any of it changes, the graphs are captured again."""
         algo = self.algo
         return (
-            id(algo.policy), id(algo.policy.optimizer), algo.ent_coef, algo.vf_coef, algo.max_grad_norm,
+            id(algo.policy), id(algo.policy.optimizer), algo.ent_coef, algo.vf_coef, algo.max_grad_norm, algo.grad_clip,
             algo.normalize_advantage, algo.clip_range_vf is None, tuple(id(r) for r in algo.regularizers),
         )  # fmt: skip
 

@@ -43,6 +43,7 @@ class PPOLearner(Protocol):
     ent_coef: float
     vf_coef: float
     max_grad_norm: float
+    grad_clip: str  # a key of rl_moe.algos.clipping.GRAD_CLIPS
     target_kl: float | None
     normalize_advantage: bool
     use_sde: bool
@@ -63,5 +64,7 @@ class PPOLearner(Protocol):
     ) -> Tensor: ...
 
     def _after_update(self, phase: str) -> None: ...
+
+    def clip_gradients(self) -> Tensor: ...
 
     def _record_regularizer_logs(self, term_means: dict[str, float] | None = None) -> None: ...

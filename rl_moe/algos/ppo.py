@@ -14,7 +14,9 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv
+from torch import Tensor
 
+from rl_moe.algos.clipping import GRAD_CLIPS, GradClipper
 from rl_moe.algos.common import RegularizedMixin
 from rl_moe.algos.fast import FAST_MODES, PPOUpdate, no_distribution_checks, unsupported_reason
 from rl_moe.algos.rollout import DeviceRolloutBuffer, GraphedActing, unsupported_reason as rollout_unsupported
@@ -34,6 +36,9 @@ class MoEPPO(RegularizedMixin, PPO):
         rollouts; ``on``: also on a CPU (eager); ``off``: always SB3's
     :param cuda_graphs: with device minibatches on CUDA, replay each minibatch step, and each
         rollout step's policy call, from a CUDA graph
+    :param grad_clip: ``joint`` (SB3's: one norm over the whole policy) or ``separate`` (the actor's
+        and the critic's gradients each clipped to ``max_grad_norm``, as the SPHERE authors' code);
+        see :mod:`rl_moe.algos.clipping`
     :param kwargs: any :class:`stable_baselines3.PPO` argument
     """
 
@@ -44,10 +49,15 @@ class MoEPPO(RegularizedMixin, PPO):
         regularizers: Sequence[Regularizer] = (),
         fast_update: str = "auto",
         cuda_graphs: bool = True,
+        grad_clip: str = "joint",
         **kwargs: Any,
     ) -> None:
         if fast_update not in FAST_MODES:
             raise ValueError(f"unknown fast_update {fast_update!r}; valid choices: {', '.join(FAST_MODES)}")
+        if grad_clip not in GRAD_CLIPS:
+            raise ValueError(f"unknown grad_clip {grad_clip!r}; valid choices: {', '.join(GRAD_CLIPS)}")
+        self.grad_clip = grad_clip
+        self._clipper = GradClipper(grad_clip)
         self.fast_update, self.cuda_graphs = fast_update, cuda_graphs
         self._update: PPOUpdate | None = None
         self._acting: GraphedActing | None = None
@@ -57,7 +67,13 @@ class MoEPPO(RegularizedMixin, PPO):
         super().__init__(policy, env, **kwargs)
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_update", "_acting"]
+        return [*super()._excluded_save_params(), "_update", "_acting", "_clipper"]
+
+    def clip_gradients(self) -> Tensor:
+        """Clip the policy's gradients by ``grad_clip``; (2,) actor and critic norms before clipping."""
+        if self._clipper.name != self.grad_clip:  # set after construction (e.g. by a loaded run's config)
+            self._clipper = GradClipper(self.grad_clip)
+        return self._clipper(self.policy, self.max_grad_norm)
 
     def fast_path_reason(self) -> str | None:
         """Why this learner's update takes SB3's minibatches rather than the sync-free device path

@@ -71,8 +71,14 @@ class EnvFamily:
 #: metaworld 3.x's default; "v1" is the earlier formulation that every v3 env keeps as an option
 #: (``reward_function_version``), closer to the v1 tasks Continual World was defined on.
 METAWORLD_REWARD_VERSIONS: tuple[str, ...] = ("v2", "v1")
-#: MetaWorld task fields a suite file may set besides ``name``.
-METAWORLD_TASK_FIELDS: tuple[str, ...] = ("reward_version",)
+#: MetaWorld's position rules, picked per task by the suite field ``positions``: "resample" draws
+#: a fresh object and goal position at every reset from the env's seeded generator (Continual
+#: World's rule); "fixed" keeps the position each env drew at construction from its seed, as
+#: MetaWorld's goal-observable classes do (the SPHERE authors' code trains on those).
+METAWORLD_POSITIONS: tuple[str, ...] = ("resample", "fixed")
+#: MetaWorld task fields a suite file may set besides ``name`` (``task_defaults`` sets them for
+#: every task of the suite).
+METAWORLD_TASK_FIELDS: tuple[str, ...] = ("reward_version", "positions")
 
 
 def metaworld_reward_version(task: TaskSpec) -> str:
@@ -80,14 +86,21 @@ def metaworld_reward_version(task: TaskSpec) -> str:
     return str(task.params.get("reward_version", METAWORLD_REWARD_VERSIONS[0]))
 
 
+def metaworld_positions(task: TaskSpec) -> str:
+    """The position rule of ``task`` (``positions``, default "resample")."""
+    return str(task.params.get("positions", METAWORLD_POSITIONS[0]))
+
+
 def _make_metaworld(task: TaskSpec, seed: int) -> gym.Env:
     import metaworld  # noqa: F401  (registers the Meta-World/* ids)
 
-    # MT1 pre-samples 50 goals and ignores reset(seed=); goal_observable with an unfrozen,
-    # seeded rand vec draws a fresh goal at every reset, as Continual World does.
+    # MT1 pre-samples 50 goals and ignores reset(seed=). The goal-observable class draws its
+    # position from ``seed`` at construction and freezes it ("fixed"); unfrozen, with a seeded
+    # rand vec, it draws a fresh one at every reset, as Continual World does ("resample").
     env = gym.make("Meta-World/goal_observable", env_name=task.name, seed=seed, disable_env_checker=True)
-    env.unwrapped._freeze_rand_vec = False  # type: ignore[attr-defined]
-    env.unwrapped.seeded_rand_vec = True  # type: ignore[attr-defined]
+    if metaworld_positions(task) == "resample":
+        env.unwrapped._freeze_rand_vec = False  # type: ignore[attr-defined]
+        env.unwrapped.seeded_rand_vec = True  # type: ignore[attr-defined]
     # compute_reward reads the attribute at every step, so setting it after construction is enough.
     env.unwrapped.reward_function_version = metaworld_reward_version(task)  # type: ignore[attr-defined]
     return env
@@ -119,6 +132,11 @@ def _check_metaworld_tasks(suite: Suite) -> None:
             raise UsageError(
                 f"unknown reward_version {t.params['reward_version']!r} of MetaWorld task {t.name!r}; "
                 f"valid choices: {', '.join(METAWORLD_REWARD_VERSIONS)}"
+            )
+        if metaworld_positions(t) not in METAWORLD_POSITIONS:
+            raise UsageError(
+                f"unknown positions {t.params['positions']!r} of MetaWorld task {t.name!r}; "
+                f"valid choices: {', '.join(METAWORLD_POSITIONS)}"
             )
 
 
@@ -155,6 +173,8 @@ def _metaworld_pool(task: TaskSpec, seeds: list[int], episode_length: int, threa
     version = metaworld_reward_version(task)
     if version != METAWORLD_REWARD_VERSIONS[0]:
         return f"EnvPool computes MetaWorld's default reward only, not reward_version {version!r}"
+    if metaworld_positions(task) != METAWORLD_POSITIONS[0]:
+        return f"EnvPool's MetaWorld draws a new position at every reset; it cannot keep positions {metaworld_positions(task)!r}"
     return EnvPoolMetaWorld(task.name, seeds, episode_length, threads, official_observation_space())
 
 

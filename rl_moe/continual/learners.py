@@ -18,6 +18,7 @@ import numpy as np
 from stable_baselines3.common.noise import NormalActionNoise, VectorizedActionNoise
 
 from rl_moe.algos import ALGOS
+from rl_moe.algos.clipping import GRAD_CLIPS
 from rl_moe.algos.fast import FAST_MODES
 from rl_moe.continual.errors import UsageError, check_choice, check_positive, check_within
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
@@ -51,6 +52,8 @@ class PPOConfig:
     :param fast_update: the learner's sync-free update (:mod:`rl_moe.algos.fast`) and rollouts
         (:mod:`rl_moe.algos.rollout`): ``auto`` (on CUDA), ``on`` (also on a CPU) or ``off`` (SB3's
         loops everywhere); same maths either way
+    :param grad_clip: ``joint`` (SB3's one norm over actor and critic) or ``separate`` (each side to
+        ``max_grad_norm`` on its own, as the SPHERE authors' code; :mod:`rl_moe.algos.clipping`)
     """
 
     n_envs: int = 8
@@ -69,6 +72,7 @@ class PPOConfig:
     normalize_obs: bool = False
     normalize_reward: bool = False
     fast_update: str = "auto"
+    grad_clip: str = "joint"
 
 
 @dataclass(frozen=True)
@@ -180,7 +184,7 @@ def _build_ppo(p: PPOConfig, env: Any, regs: list, common: dict) -> Any:
         learning_rate=TaskLinearSchedule(p.lr_start, p.lr_end, p.lr_decay_fraction),
         n_steps=p.n_steps, batch_size=p.batch_size, n_epochs=p.n_epochs, gamma=p.gamma,
         gae_lambda=p.gae_lambda, clip_range=p.clip_range, max_grad_norm=p.max_grad_norm,
-        ent_coef=p.ent_coef, vf_coef=p.vf_coef, fast_update=p.fast_update, **common,
+        ent_coef=p.ent_coef, vf_coef=p.vf_coef, fast_update=p.fast_update, grad_clip=p.grad_clip, **common,
     )  # fmt: skip
 
 
@@ -192,6 +196,7 @@ def _check_ppo(p: PPOConfig) -> None:
     check_positive("ppo", p, ("n_envs", "n_steps", "batch_size", "n_epochs", "lr_start", "lr_decay_fraction", "clip_range", "max_grad_norm"), ("lr_end", "ent_coef", "vf_coef"))
     check_within("ppo", p, ("gamma", "lr_decay_fraction"), 0.0, 1.0, True)
     check_within("ppo", p, ("gae_lambda",), 0.0, 1.0, False)
+    check_choice(p.grad_clip, tuple(GRAD_CLIPS), "ppo.grad_clip")
     # SB3 normalises advantages per minibatch, which needs two samples (it asserts otherwise).
     if p.batch_size < 2:
         raise UsageError(f"ppo.batch_size must be >= 2 (advantages are normalised per minibatch), got {p.batch_size}")

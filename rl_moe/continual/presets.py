@@ -14,6 +14,8 @@ from rl_moe.continual.learners import PPOConfig, TD3Config
 PRESETS: dict[str, dict[str, Any]] = {
     "ppo": {
         "metaworld": PPOConfig(),
+        # The SPHERE authors' code: actor and critic gradients clipped apart (rl_moe.algos.clipping).
+        "metaworld-paper": PPOConfig(grad_clip="separate"),
         "humanoidbench": PPOConfig(n_envs=128, n_steps=16, batch_size=64, lr_decay_fraction=0.5, normalize_obs=True, normalize_reward=True),
         # Pendulum-sized: 4 x 256 steps per update so a 20k-step task sees ~20 updates.
         "smoke": PPOConfig(n_envs=4, n_steps=256, batch_size=64, n_epochs=10, gamma=0.98, lr_start=1e-3, lr_end=3e-4),

@@ -45,6 +45,16 @@ def _probe_tasks(data: Mapping[str, Any]) -> tuple[TaskSpec, ...]:
     raise KeyError("probe_tasks")
 
 
+def _with_defaults(task: TaskSpec, defaults: Mapping[str, Any]) -> TaskSpec:
+    """``task`` with the suite's ``task_defaults`` beneath its own fields (a protocol rule such as
+    MetaWorld's ``positions`` written once for the suite; each task keeps it in ``to_dict``)."""
+    if not defaults:
+        return task
+    if "name" in defaults or "success_bar" in defaults:
+        raise ValueError("task_defaults may not set name or success_bar")
+    return dataclasses.replace(task, params={**defaults, **task.params})
+
+
 def net_flags(net: Mapping[str, Any]) -> list[str]:
     """A suite's ``net`` defaults as ``net.<field>=<value>`` override strings, so they are parsed
     and checked exactly like ``--set`` (lists become ``64,64``)."""
@@ -71,8 +81,9 @@ def suite_from_dict(data: Mapping[str, Any], source: str = "") -> Suite:
     where = f" in {source}" if source else ""
     try:
         family = data["family"]
-        tasks = tuple(TaskSpec.from_dict(t) for t in data["tasks"])
-        probe = _probe_tasks(data)
+        defaults = dict(data.get("task_defaults", {}))
+        tasks = tuple(_with_defaults(TaskSpec.from_dict(t), defaults) for t in data["tasks"])
+        probe = tuple(_with_defaults(t, defaults) for t in _probe_tasks(data))
         success_type = data.get("success", {}).get("type", "info")
         suite = Suite(
             name=str(data["name"]),

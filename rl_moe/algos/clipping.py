@@ -1,0 +1,91 @@
+"""How PPO clips its gradients before the optimizer step, by name in :data:`GRAD_CLIPS`.
+
+- ``joint``: SB3's rule, one global norm over every parameter of the policy (``clip_grad_norm_``
+  over ``policy.parameters()``, bit-identical to SB3's PPO);
+- ``separate``: the actor's and the critic's gradients are each clipped to ``max_grad_norm`` on
+  their own, as the SPHERE authors' code does (two train states, each
+  ``optax.chain(clip_by_global_norm, adam)``). Under ``joint`` a critic gradient of norm 10^4 scales
+  the actor's update down by the same factor; under ``separate`` it cannot touch it.
+
+One Adam over both halves steps exactly as two Adams would: Adam's state and step are
+per element. The critic's side is its role's networks (:func:`rl_moe.policies.roles.policy_roles`:
+the value network and its head) and, when the policy does not share it, its own features
+extractor; everything else (the MoE actor, its gate, the log-std, a shared extractor) is the actor's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import torch
+from stable_baselines3.common.policies import ActorCriticPolicy
+from torch import Tensor, nn
+
+from rl_moe.policies.roles import policy_roles
+
+
+class ParamSplit(NamedTuple):
+    """The trainable parameters of an actor-critic policy, by side."""
+
+    actor: list[nn.Parameter]
+    critic: list[nn.Parameter]
+
+
+def split_actor_critic(policy: ActorCriticPolicy) -> ParamSplit:
+    """The policy's trainable parameters split into the actor's and the critic's (module docstring)."""
+    critic_ids = {id(p) for p in policy_roles(policy)["critic"].parameters}
+    if not policy.share_features_extractor:
+        critic_ids |= {id(p) for p in policy.vf_features_extractor.parameters()}
+    params = [p for p in policy.parameters() if p.requires_grad]
+    return ParamSplit([p for p in params if id(p) not in critic_ids], [p for p in params if id(p) in critic_ids])
+
+
+def grad_norm(params: Sequence[nn.Parameter], like: Tensor) -> Tensor:
+    """Global L2 norm of the gradients of ``params`` (0 when none has one), on the device."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros((), device=like.device, dtype=like.dtype)
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+
+
+def _clip_joint(policy: ActorCriticPolicy, split: ParamSplit, max_norm: float) -> Tensor:
+    """SB3's clipping; the two halves' norms are read before it for the logs only."""
+    like = next(policy.parameters())
+    norms = torch.stack([grad_norm(split.actor, like), grad_norm(split.critic, like)])
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), max_norm)
+    return norms
+
+
+def _clip_separate(policy: ActorCriticPolicy, split: ParamSplit, max_norm: float) -> Tensor:
+    like = next(policy.parameters())
+    norms = [torch.nn.utils.clip_grad_norm_(side, max_norm) if side else torch.zeros((), device=like.device) for side in split]
+    return torch.stack(norms)
+
+
+#: ``grad_clip`` name -> ``(policy, split, max_grad_norm) -> (2,) tensor`` of the actor's and the
+#: critic's gradient norms before clipping.
+GRAD_CLIPS: dict[str, Callable[[ActorCriticPolicy, ParamSplit, float], Tensor]] = {
+    "joint": _clip_joint,
+    "separate": _clip_separate,
+}
+
+
+class GradClipper:
+    """Clips a policy's gradients by rule ``name``; the split is taken once per policy.
+
+    :param name: a key of :data:`GRAD_CLIPS`
+    """
+
+    def __init__(self, name: str) -> None:
+        if name not in GRAD_CLIPS:
+            raise ValueError(f"unknown grad_clip {name!r}; valid choices: {', '.join(GRAD_CLIPS)}")
+        self.name = name
+        self._policy: ActorCriticPolicy | None = None
+        self._split = ParamSplit([], [])
+
+    def __call__(self, policy: ActorCriticPolicy, max_norm: float) -> Tensor:
+        """Clip in place; return the (actor, critic) gradient norms before clipping, shape (2,)."""
+        if policy is not self._policy:
+            self._policy, self._split = policy, split_actor_critic(policy)
+        return GRAD_CLIPS[self.name](policy, self._split, max_norm)
