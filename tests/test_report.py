@@ -458,3 +458,20 @@ def test_eval_curve_drops_at_a_task_boundary_instead_of_jumping_back(runs_root: 
     curve = eval_curve(run)
     assert curve.steps.tolist() == [0.0, 100.0, 200.0, 200.0, 300.0]
     assert curve.values.tolist() == [0.0, 0.5, 0.9, 0.1, 0.4]  # task a's 0.9, then task b starts at 0.1
+
+
+PAPER_RULES = {"episode_length": 500, "task_fields": {"positions": "fixed"}, "grad_clip": "separate", "eval_positions": "both"}
+
+
+def test_runs_of_one_table_must_share_their_protocol(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    write_run(tmp_path / "a", results("topk", "rl", 0, [1.0, 0.5, 0.0], rules=PAPER_RULES))
+    write_run(tmp_path / "a", results("topk", "rl", 1, [1.0, 0.5, 0.0], rules={**PAPER_RULES, "grad_clip": "joint"}))
+    assert main([str(tmp_path / "a"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "incompatible runs in suite 'smoke'" in err and "joint gradient clipping" in err and "separate gradient clipping" in err
+    assert not (tmp_path / "o").exists()
+    write_run(tmp_path / "b", results("topk", "rl", 0, [1.0, 0.5, 0.0], rules=PAPER_RULES))
+    write_run(tmp_path / "b", results("sphere", "rl", 0, [1.0, 0.5, 0.0], rules=PAPER_RULES))
+    assert main([str(tmp_path / "b"), "--out", str(tmp_path / "o2")]) == 0
+    md = (tmp_path / "o2" / "report.md").read_text()
+    assert "Protocol: 500-step episodes, positions fixed, separate gradient clipping, evaluated on both positions." in md

@@ -62,6 +62,11 @@ class EvalSettings:
     :param matrix_episodes: episodes per cell of the tasks x checkpoints success matrix
     :param full_matrix: evaluate every checkpoint on every task; False: own task + final row only
     :param n_envs: parallel eval envs (episodes are split evenly over them)
+    :param positions: which positions a task is scored on (:data:`EVAL_POSITIONS`): ``heldout``,
+        eval envs with seeds of their own; ``train``, eval envs seeded like the first training
+        envs (under MetaWorld's ``fixed`` positions: the training envs' positions, as the SPHERE
+        authors' code evaluates); ``both``, the training envs' as the run's success and the
+        held-out ones logged beside them (``eval/success_heldout``)
     """
 
     evals_per_task: int = 10
@@ -69,6 +74,11 @@ class EvalSettings:
     matrix_episodes: int = 10
     full_matrix: bool = True
     n_envs: int = 5
+    positions: str = "heldout"
+
+
+#: ``eval.positions`` choices.
+EVAL_POSITIONS: tuple[str, ...] = ("heldout", "train", "both")
 
 
 @dataclass(frozen=True)
@@ -128,6 +138,21 @@ class RunConfig:
     def learner_settings(self) -> Any:
         """The settings section of the run's learner (its ``ppo`` or ``td3`` section)."""
         return self.sections()[get_learner(self.algo).name]
+
+    def rules(self) -> dict[str, Any]:
+        """The protocol a run's numbers hold under, written into ``results.json`` so that no
+        table mixes protocols: the suite's episode length, the task fields every task shares
+        (MetaWorld's ``positions``, ``reward_version``), PPO's gradient clipping and the
+        evaluation's positions."""
+        tasks = [dict(t) for t in self.suite_data.get("tasks", [])]
+        shared = {k: v for k, v in tasks[0].items() if k not in ("name", "success_bar") and all(t.get(k) == v for t in tasks)} if tasks else {}
+        section = self.learner_settings
+        return {
+            "episode_length": self.suite_data.get("episode_length"),
+            "task_fields": shared,
+            "grad_clip": section.grad_clip if isinstance(section, PPOConfig) else None,
+            "eval_positions": self.eval.positions,
+        }
 
     @property
     def effective_steps_per_task(self) -> int:

@@ -141,13 +141,14 @@ class EnvPoolMetaWorld(VecEnv):
         # Sync mode returns the envs in id order; sorting by id costs nothing and makes sure.
         order = np.argsort(np.asarray(info["env_id"]))
         obs, reward, terminated, truncated = obs[order], reward[order], terminated[order], truncated[order]
-        self._success |= np.asarray(info["success"])[order] > 0
+        now = np.asarray(info["success"])[order] > 0
+        self._success |= now
         self._return += reward
         self._length += 1
         dones = np.logical_or(terminated, truncated)
         cut = truncated & ~terminated  # DummyVecEnv writes this key at every step
         infos: list[dict[str, Any]] = [
-            {**{k: float(info[k][order[i]]) for k in METAWORLD_INFO_KEYS}, "is_success": bool(self._success[i]), "TimeLimit.truncated": bool(cut[i])}
+            {**{k: float(info[k][order[i]]) for k in METAWORLD_INFO_KEYS}, "is_success": bool(self._success[i]), "success_last": bool(now[i]), "TimeLimit.truncated": bool(cut[i])}
             for i in range(self.num_envs)
         ]
         finished = np.flatnonzero(dones)

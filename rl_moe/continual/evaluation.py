@@ -25,14 +25,51 @@ from rl_moe.tblog import dump_keys
 class EvalResult(NamedTuple):
     """Outcome of an evaluation.
 
-    :param success: fraction of successful episodes
+    :param success: fraction of successful episodes (the suite's rule: MetaWorld, at any step)
     :param mean_return: mean undiscounted episode return (raw rewards)
     :param n_episodes: episodes run
+    :param success_last: fraction successful at the episode's last step (``info["success_last"]``
+        where the env gives it, else the same as ``success``); None when not measured
     """
 
     success: float
     mean_return: float
     n_episodes: int
+    success_last: float | None = None
+
+
+class EvalPoint(NamedTuple):
+    """One evaluation of a task under the run's ``eval.positions`` rule.
+
+    :param main: the run's success (held-out positions, or the training envs' under ``train`` and ``both``)
+    :param heldout: the held-out positions beside it (``both`` only)
+    """
+
+    main: EvalResult
+    heldout: EvalResult | None = None
+
+    @property
+    def success(self) -> float:
+        return self.main.success
+
+    def curve_values(self) -> dict[str, float | None]:
+        """Curve key -> value (``success``, ``return``, ``success_last``, and ``*_heldout``)."""
+        out: dict[str, float | None] = {}
+        for suffix, res in (("", self.main), ("_heldout", self.heldout)):
+            if res is not None:
+                out.update({f"success{suffix}": res.success, f"return{suffix}": res.mean_return, f"success_last{suffix}": res.success_last})
+        return out
+
+
+def append_point(curve: dict[str, list], step: int, values: dict[str, float | None]) -> None:
+    """Append one evaluation to ``curve`` in place, keeping every list as long as ``steps``: a key
+    the curve did not have yet (a run resumed by a newer version) is padded with None first."""
+    n = len(curve.setdefault("steps", []))
+    for key, value in values.items():
+        column = curve.setdefault(key, [])
+        column.extend([None] * (n - len(column)))
+        column.append(value)
+    curve["steps"].append(int(step))
 
 
 class EvalEnvs:
@@ -125,6 +162,7 @@ def evaluate(
     quota = np.array([(n_episodes + i) // k for i in range(k)])  # sums to n_episodes
     done_count = np.zeros(k, dtype=int)
     successes: list[float] = []
+    last: list[float] = []
     returns: list[float] = []
     try:
         obs = venv.reset()
@@ -134,12 +172,13 @@ def evaluate(
             for i in np.flatnonzero(dones):
                 if done_count[i] < quota[i]:
                     successes.append(float(bool(infos[i].get("is_success", False))))
+                    last.append(float(bool(infos[i].get("success_last", successes[-1]))))
                     returns.append(float(infos[i]["episode"]["r"]))
                     done_count[i] += 1
     finally:
         if owned:
             pool.close()
-    return EvalResult(float(np.mean(successes)), float(np.mean(returns)), len(successes))
+    return EvalResult(float(np.mean(successes)), float(np.mean(returns)), len(successes), float(np.mean(last)))
 
 
 class PeriodicEval(BaseCallback):
@@ -147,20 +186,21 @@ class PeriodicEval(BaseCallback):
 
     Evaluations happen at rollout boundaries (``_on_rollout_start``, i.e. right after an update),
     so each one scores freshly updated parameters: inside a PPO rollout of 16,384 steps the policy
-    does not change, and evaluating there would repeat the same measurement. Logs ``eval/success``
-    and ``eval/return`` at the global step and appends the points to ``curve``.
+    does not change, and evaluating there would repeat the same measurement. Logs ``eval/success``,
+    ``eval/return``, ``eval/success_last`` (and their ``_heldout`` twins under ``eval.positions=both``)
+    at the global step and appends the points to ``curve``.
 
-    :param run_eval: ``() -> EvalResult`` for the current policy
+    :param run_eval: ``() -> EvalPoint`` (or a bare :class:`EvalResult`) for the current policy
     :param every: env steps between evaluations
     :param task_end: global step at which the task's segment ends (no periodic eval there: the
         scheduler's end-of-task evaluation takes that point)
-    :param curve: dict with ``steps``, ``success`` and ``return`` lists, appended in place
+    :param curve: dict of lists (``steps``, ``success``, ``return``, ...), appended in place
     :param log_start: write the task-start evaluation to TensorBoard; False on the first task
         after a resume, whose start step the interrupted run already logged (the value is the same)
     """
 
     def __init__(
-        self, run_eval: Callable[[], EvalResult], every: int, task_end: int, curve: dict[str, list], log_start: bool = True
+        self, run_eval: Callable[[], EvalPoint | EvalResult], every: int, task_end: int, curve: dict[str, list], log_start: bool = True
     ) -> None:
         super().__init__()
         self.run_eval, self.every, self.task_end, self.curve = run_eval, max(1, every), task_end, curve
@@ -169,13 +209,13 @@ class PeriodicEval(BaseCallback):
 
     def _record(self, log: bool = True) -> None:
         res = self.run_eval()
-        self.curve["steps"].append(int(self.num_timesteps))
-        self.curve["success"].append(res.success)
-        self.curve.setdefault("return", []).append(res.mean_return)
+        values = (res if isinstance(res, EvalPoint) else EvalPoint(res)).curve_values()
+        append_point(self.curve, self.num_timesteps, values)
         if log:
-            self.logger.record("eval/success", res.success)
-            self.logger.record("eval/return", res.mean_return)
-            dump_keys(self.logger, ("eval/success", "eval/return"), self.num_timesteps)
+            keys = [f"eval/{k}" for k, v in values.items() if v is not None]
+            for key in keys:
+                self.logger.record(key, values[key[len("eval/"):]])
+            dump_keys(self.logger, tuple(keys), self.num_timesteps)
 
     def _on_training_start(self) -> None:
         self._record(self.log_start)

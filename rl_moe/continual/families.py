@@ -55,6 +55,8 @@ class EnvFamily:
         backend (``--vec-env envpool``) with the same protocol as the factories, returning instead
         a one-line reason for a task it does not serve faithfully (the official envs then serve
         it); None where the family has no native backend
+    :param stage_keys: numeric ``info`` keys logged at episode ends as ``rollout/final_<key>``
+        (:mod:`rl_moe.continual.stages`): the stages a task's reward is built from
     """
 
     name: str
@@ -64,6 +66,7 @@ class EnvFamily:
     check_available: Callable[[], None] = _always_available
     expert: Callable[[str], Expert] | None = None
     pool: Callable[[TaskSpec, list[int], int, int], Any] | None = None
+    stage_keys: tuple[str, ...] = ()
 
 
 # ---- MetaWorld ---------------------------------------------------------------------------------
@@ -218,6 +221,7 @@ FAMILIES: dict[str, EnvFamily] = {
     "metaworld": EnvFamily(
         name="metaworld", make=_make_metaworld, reseed=_reseed_metaworld, check_tasks=_check_metaworld_tasks,
         check_available=_check_metaworld_available, expert=metaworld_expert, pool=_metaworld_pool,
+        stage_keys=("near_object", "grasp_success", "grasp_reward", "in_place_reward", "obj_to_target"),
     ),
     "humanoidbench": EnvFamily(
         name="humanoidbench", make=_make_humanoidbench, check_available=_check_humanoidbench_available,

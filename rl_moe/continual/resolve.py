@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from rl_moe.continual.agents import net_configs_for
-from rl_moe.continual.config import OVERRIDE_PRESETS, EvalSettings, NetSettings, RunConfig, apply_overrides, regularizer_configs
+from rl_moe.continual.config import EVAL_POSITIONS, OVERRIDE_PRESETS, EvalSettings, NetSettings, RunConfig, apply_overrides, regularizer_configs
 from rl_moe.continual.envs import resolve_vec_env_type
 from rl_moe.continual.errors import UsageError, check_choice, check_positive
 from rl_moe.continual.families import FAMILIES
@@ -65,6 +65,7 @@ def check_sections(sections: dict[str, Any]) -> None:
     for spec in LEARNERS.values():
         spec.check(sections[spec.name])
     check_positive("eval", sections["eval"], ("evals_per_task", "n_episodes", "matrix_episodes", "n_envs"))
+    check_choice(sections["eval"].positions, EVAL_POSITIONS, "eval.positions")
     check_positive("net", sections["net"], ("temperature",))
     for spec in LEARNERS.values():
         check_fast_update(spec, sections[spec.name])
@@ -155,8 +156,8 @@ def resolve(req: RunRequest) -> RunConfig:
     bundle: tuple[str, ...] = ()
     if req.preset is not None:
         bundle = OVERRIDE_PRESETS[check_choice(req.preset, tuple(OVERRIDE_PRESETS), "preset")]
-    # Suite network defaults, then the --preset bundle, then --experts/--top-k, then --set: later wins.
-    overrides = [*net_flags(suite.net), *bundle, *flags, *req.overrides]
+    # Suite network and eval defaults, then the --preset bundle, then --experts/--top-k, then --set: later wins.
+    overrides = [*net_flags(suite.net), *net_flags(suite.eval, "eval"), *bundle, *flags, *req.overrides]
     sections, regs = apply_overrides(sections, regs, overrides, used=method.regularizers)
     check_sections(sections)
     sections["probe"] = _resolve_probe_policy(sections["probe"], suite)

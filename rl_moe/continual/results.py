@@ -82,6 +82,7 @@ class Results:
     task_segments: list[list[int]] = field(default_factory=list)
     global_step: int = 0
     reference_aucs: list[float] | None = None
+    rules: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = len(self.tasks)
@@ -140,6 +141,7 @@ class Results:
             "cl_metrics": self.cl_metrics(),
             "task_segments": self.task_segments,
             "global_step": self.global_step,
+            "rules": self.rules,
         }
 
     @classmethod
@@ -150,7 +152,7 @@ class Results:
             finished_tasks=int(data["finished_tasks"]), success_matrix=data["success_matrix"],
             evaluated_tasks=None if data.get("evaluated_tasks") is None else int(data["evaluated_tasks"]),
             eval_curves=data.get("eval_curves", {}), task_segments=data.get("task_segments", []),
-            global_step=int(data.get("global_step", 0)),
+            global_step=int(data.get("global_step", 0)), rules=dict(data.get("rules") or {}),
         )  # fmt: skip
 
     def save(self, path: str | Path) -> None:

@@ -32,10 +32,12 @@ from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.continual.config import RunConfig
 from rl_moe.continual.envs import EnvFactory, make_vec_env, task_factories
 from rl_moe.continual.errors import DivergedError
-from rl_moe.continual.evaluation import EvalEnvs, EvalResult, PeriodicEval, evaluate, fix_mmap_threshold, release_memory
+from rl_moe.continual.evaluation import EvalEnvs, EvalPoint, EvalResult, PeriodicEval, append_point, evaluate, fix_mmap_threshold, release_memory
 from rl_moe.continual.probe_states import default_probe_policy, load_or_collect, make_probe_callback, probe_factories
+from rl_moe.continual.families import get_family
 from rl_moe.continual.progress import ProgressLine
 from rl_moe.continual.resolve import suite_of
+from rl_moe.continual.stages import EpisodeStages
 from rl_moe.continual.results import (
     Results,
     load_regularizer_state,
@@ -89,7 +91,7 @@ class ContinualScheduler:
         self.model: BaseAlgorithm | None = None
         self.env: VecEnv | None = None
         self.logger: Logger | None = None
-        self._eval_envs: dict[int, EvalEnvs] = {}
+        self._eval_envs: dict[tuple[int, bool | None], EvalEnvs] = {}
         self._task_seconds = float("nan")  # training time of the task being evaluated
         self._cycle_rate: float | None = None  # steps/s of the last task's rollout + update cycles (progress ETA)
         self._resumed_at: int | None = None  # first task after a resume whose start eval is already logged
@@ -99,18 +101,27 @@ class ContinualScheduler:
     # ---- setup -----------------------------------------------------------------------------
     def _load_results(self) -> Results:
         path = self.files.results
-        if path.is_file():
-            return Results.from_dict(json.loads(path.read_text()))
         cfg = self.cfg
+        if path.is_file():
+            res = Results.from_dict(json.loads(path.read_text()))
+            res.rules = res.rules or cfg.rules()  # a run begun before results.json held its rules
+            return res
         # The steps a task really runs (PPO rounds the budget up to whole rollouts).
-        return Results(cfg.suite_name, cfg.algo, cfg.method, cfg.protocol, cfg.seed, list(cfg.tasks), cfg.effective_steps_per_task)
+        return Results(cfg.suite_name, cfg.algo, cfg.method, cfg.protocol, cfg.seed, list(cfg.tasks), cfg.effective_steps_per_task, rules=cfg.rules())
 
     def _seed(self, offset: int, task_index: int) -> int:
         return self.cfg.seed * 100_000 + offset + task_index * 100
 
-    def eval_factories(self, j: int) -> list[EnvFactory]:
-        """Fixed-seed eval envs of task ``j``: every checkpoint is scored on the same goals."""
-        return task_factories(self.suite, self.tasks[j], self.cfg.eval.n_envs, self._seed(_EVAL_SEED, j))
+    def eval_factories(self, j: int, heldout: bool | None = None) -> list[EnvFactory]:
+        """Fixed-seed eval envs of task ``j``: every checkpoint is scored on the same goals.
+
+        :param heldout: seeds of their own (True) or the first training envs' (False); None: the
+            run's main view (``eval.positions``: held-out unless ``train`` or ``both``)
+        """
+        if heldout is None:
+            heldout = self.cfg.eval.positions == "heldout"
+        offset = _EVAL_SEED if heldout else _TRAIN_SEED
+        return task_factories(self.suite, self.tasks[j], self.cfg.eval.n_envs, self._seed(offset, j))
 
     def _make_env(self, i: int, previous: VecEnv | None) -> VecEnv:
         factories = task_factories(self.suite, self.tasks[i], self.algo_cfg.n_envs, self._seed(_TRAIN_SEED, i))
@@ -125,18 +136,29 @@ class ContinualScheduler:
     def _obs_rms(self) -> Any:
         return self.env.obs_rms if isinstance(self.env, VecNormalize) else None
 
-    def _evaluate(self, j: int, n_episodes: int, reuse: bool = True) -> EvalResult:
-        """Score task ``j``. The training task's eval envs are built once and reused (its
+    def _evaluate(self, j: int, n_episodes: int, reuse: bool = True, beside: bool = True) -> EvalPoint:
+        """Score task ``j`` under ``eval.positions`` (:class:`EvalPoint`).
+
+        :param beside: also score the held-out positions under ``both`` (the matrix's other
+            columns skip them: only the main view enters the success matrix)
+        """
+        main = self._evaluate_view(j, n_episodes, reuse, None)
+        heldout = self._evaluate_view(j, n_episodes, reuse, True) if beside and self.cfg.eval.positions == "both" else None
+        return EvalPoint(main, heldout)
+
+    def _evaluate_view(self, j: int, n_episodes: int, reuse: bool, heldout: bool | None) -> EvalResult:
+        """One view of task ``j``. The training task's eval envs are built once and reused (its
         periodic evaluations); other tasks' are built for one evaluation and closed: holding
         every task's envs would cost ~18 MB per MetaWorld env."""
         assert self.model is not None
         if not reuse:
-            return evaluate(self.model, self.eval_factories(j), n_episodes, self._obs_rms(), self.cfg.vec_env)
-        for k in [k for k in self._eval_envs if k != j]:
+            return evaluate(self.model, self.eval_factories(j, heldout), n_episodes, self._obs_rms(), self.cfg.vec_env)
+        key = (j, heldout)
+        for k in [k for k in self._eval_envs if k[0] != j]:
             self._eval_envs.pop(k).close()
-        if j not in self._eval_envs:
-            self._eval_envs[j] = EvalEnvs(self.eval_factories(j), self.cfg.vec_env)
-        return evaluate(self.model, self._eval_envs[j], n_episodes, self._obs_rms())
+        if key not in self._eval_envs:
+            self._eval_envs[key] = EvalEnvs(self.eval_factories(j, heldout), self.cfg.vec_env)
+        return evaluate(self.model, self._eval_envs[key], n_episodes, self._obs_rms())
 
     # ---- main loop ---------------------------------------------------------------------------
     def run(self) -> Results:
@@ -253,6 +275,9 @@ class ContinualScheduler:
         curve = {"steps": [], "success": [], "return": []}
         every = max(1, cfg.steps_per_task // cfg.eval.evals_per_task)
         callbacks: list[BaseCallback] = [PeriodicEval(lambda: self._evaluate(i, cfg.eval.n_episodes), every, start + cfg.steps_per_task, curve, log_start=i != self._resumed_at)]
+        stage_keys = get_family(self.suite.family).stage_keys
+        if stage_keys:
+            callbacks.append(EpisodeStages(stage_keys))
         if probe_states is not None:
             callbacks.append(make_probe_callback(self._probe_input(probe_states), cfg.probe.every or every, cfg.seed, cfg.probe))
         if self.progress:
@@ -289,10 +314,7 @@ class ContinualScheduler:
         assert own is not None
         end = res.global_step
         res.success_matrix[i] = [None if r is None else r.success for r in row]
-        merged = res.eval_curves[self.tasks[i].name]
-        merged["steps"].append(end)
-        merged["success"].append(own.success)
-        merged["return"].append(own.mean_return)
+        append_point(res.eval_curves[self.tasks[i].name], end, own.curve_values())
         res.evaluated_tasks = i + 1
         res.save(self.files.results)
         self._log_task(i, end, own, row, self._task_seconds, eval_seconds)
@@ -305,12 +327,12 @@ class ContinualScheduler:
         assert isinstance(self.env, VecNormalize)
         return torch.as_tensor(self.env.normalize_obs(states.numpy()), dtype=torch.float32)
 
-    def _evaluate_row(self, i: int) -> list[EvalResult | None]:
+    def _evaluate_row(self, i: int) -> list[EvalPoint | None]:
         last = i == len(self.tasks) - 1
         cols = range(len(self.tasks)) if (self.cfg.eval.full_matrix or last) else [i]
-        row: list[EvalResult | None] = [None] * len(self.tasks)
+        row: list[EvalPoint | None] = [None] * len(self.tasks)
         for j in cols:
-            row[j] = self._evaluate(j, self.cfg.eval.matrix_episodes, reuse=j == i)
+            row[j] = self._evaluate(j, self.cfg.eval.matrix_episodes, reuse=j == i, beside=j == i)
         release_memory()
         return row
 
@@ -318,15 +340,17 @@ class ContinualScheduler:
         """Mark task ``i`` finished (its checkpoint is durable) with its periodic-eval curve."""
         res = self.results
         merged = res.eval_curves.setdefault(self.tasks[i].name, {"steps": [], "success": [], "return": []})
-        for key in ("steps", "success", "return"):
-            merged.setdefault(key, []).extend(curve[key])
+        n = len(merged["steps"])
+        for key, values in curve.items():  # a key new to a resumed run's curve is padded in front
+            column = merged.setdefault(key, [])
+            column.extend([None] * (n - len(column)) + list(values))
         res.task_segments = res.task_segments[:i] + [[start, end]]
         res.global_step = end
         res.finished_tasks = i + 1
         res.evaluated_tasks = i
         res.save(self.files.results)
 
-    def _log_task(self, i: int, end: int, own: EvalResult, row: list[EvalResult | None], train_s: float, eval_s: float) -> None:
+    def _log_task(self, i: int, end: int, own: EvalPoint, row: list[EvalPoint | None], train_s: float, eval_s: float) -> None:
         log = self.logger
         assert log is not None
         seen = [r.success for r in row[: i + 1] if r is not None]

@@ -61,6 +61,8 @@ class Suite:
     :param regularizers: per-suite regularizer kwargs (e.g. SPHERE rho, paper Table 2)
     :param net: per-suite network defaults (:class:`~rl_moe.continual.config.NetSettings` fields,
         e.g. Pendulum-sized layers for the smoke suite), applied before ``--preset`` and ``--set``
+    :param eval: per-suite evaluation defaults (:class:`~rl_moe.continual.config.EvalSettings`
+        fields, e.g. the paper protocol's ``positions``), applied like ``net``
     :param description: one line for ``--help`` and the docs
     :param source: where the suite was loaded from
     """
@@ -75,6 +77,7 @@ class Suite:
     presets: Mapping[str, str] = field(default_factory=dict)
     regularizers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     net: Mapping[str, Any] = field(default_factory=dict)
+    eval: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
     source: str = ""
 
@@ -94,5 +97,6 @@ class Suite:
             "presets": dict(self.presets),
             "regularizers": {k: dict(v) for k, v in self.regularizers.items()},
             "net": dict(self.net),
+            "eval": dict(self.eval),
             "tasks": [t.to_dict() for t in self.tasks],
         }

@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rl_moe.continual.config import NetSettings
+from rl_moe.continual.config import EvalSettings, NetSettings
 from rl_moe.continual.errors import UsageError
 from rl_moe.continual.families import FAMILIES
 from rl_moe.continual.suite_spec import SUCCESS_TYPES, Suite, TaskSpec
@@ -55,16 +55,16 @@ def _with_defaults(task: TaskSpec, defaults: Mapping[str, Any]) -> TaskSpec:
     return dataclasses.replace(task, params={**defaults, **task.params})
 
 
-def net_flags(net: Mapping[str, Any]) -> list[str]:
-    """A suite's ``net`` defaults as ``net.<field>=<value>`` override strings, so they are parsed
-    and checked exactly like ``--set`` (lists become ``64,64``)."""
+def net_flags(net: Mapping[str, Any], section: str = "net") -> list[str]:
+    """A suite's ``net`` (or ``eval``) defaults as ``<section>.<field>=<value>`` override strings,
+    so they are parsed and checked exactly like ``--set`` (lists become ``64,64``)."""
 
     def text(value: Any) -> str:
         if isinstance(value, (list, tuple)):
             return ",".join(str(v) for v in value)
         return str(value).lower() if isinstance(value, bool) else str(value)
 
-    return [f"net.{key}={text(value)}" for key, value in net.items()]
+    return [f"{section}.{key}={text(value)}" for key, value in net.items()]
 
 
 def _check_net_defaults(net: Mapping[str, Any], where: str) -> None:
@@ -74,6 +74,13 @@ def _check_net_defaults(net: Mapping[str, Any], where: str) -> None:
     unknown = [k for k in net if k not in valid]
     if unknown:
         raise UsageError(f"suite{where}: unknown net setting {unknown[0]!r}; valid choices: {', '.join(valid)}")
+
+
+def _check_eval_defaults(settings: Mapping[str, Any], where: str) -> None:
+    valid = [f.name for f in dataclasses.fields(EvalSettings)]
+    unknown = [k for k in settings if k not in valid]
+    if unknown:
+        raise UsageError(f"suite{where}: unknown eval setting {unknown[0]!r}; valid choices: {', '.join(valid)}")
 
 
 def suite_from_dict(data: Mapping[str, Any], source: str = "") -> Suite:
@@ -96,6 +103,7 @@ def suite_from_dict(data: Mapping[str, Any], source: str = "") -> Suite:
             presets=dict(data.get("presets", {})),
             regularizers={k: dict(v) for k, v in data.get("regularizers", {}).items()},
             net=dict(data.get("net", {})),
+            eval=dict(data.get("eval", {})),
             description=str(data.get("description", "")),
             source=source,
         )
@@ -119,6 +127,7 @@ def suite_from_dict(data: Mapping[str, Any], source: str = "") -> Suite:
         if missing:
             raise UsageError(f"suite{where} uses return success but tasks {missing} have no success_bar")
     _check_net_defaults(suite.net, where)
+    _check_eval_defaults(suite.eval, where)
     if not suite.probe_tasks:
         raise UsageError(f"suite{where}: probe_tasks is empty; name at least one held-out task")
     inside = [t.name for t in suite.probe_tasks if t.name in suite.task_names]

@@ -15,6 +15,8 @@ class InfoSuccess(gym.Wrapper):
 
     ``info["is_success"]`` (read by SB3's success-rate buffer and our evaluator) is set on every
     step to the running any-step flag, so the value on the episode's last step is the verdict.
+    ``info["success_last"]`` is the step's own flag: on the last step, success at the last step
+    (the SPHERE authors' code reads that one).
     """
 
     def __init__(self, env: gym.Env) -> None:
@@ -27,8 +29,10 @@ class InfoSuccess(gym.Wrapper):
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self._success = self._success or bool(info.get("success", False))
+        now = bool(info.get("success", False))
+        self._success = self._success or now
         info["is_success"] = self._success
+        info["success_last"] = now
         return obs, reward, bool(terminated), bool(truncated), info
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rl_moe.report.loading import ReportError, RunSet, load_runs
+from rl_moe.report.loading import ReportError, RunSet, describe_rules, load_runs
 from rl_moe.report.render import Block, Heading, Image, Paragraph, to_html, to_markdown
 from rl_moe.report.scalars import PLASTICITY_TAGS, TAG_LABELS, Curve, load_scalars
 from rl_moe.report.tables import (
@@ -83,6 +83,7 @@ def report_blocks(runset: RunSet, opts: ReportOptions, out: Path) -> list[Block]
     blocks.append(Paragraph(f"{n_runs} runs in {len(runset.groups)} groups (suite / algo / method / protocol). Standard deviations are over seeds (ddof=0); CIs are 95% percentile intervals of a bootstrap over runs stratified by task ({opts.reps} replicas)."))
     for ctx in contexts(runset):
         blocks.append(Heading(f"{ctx.suite} / {ctx.algo}", 2))
+        blocks.append(Paragraph(f"Protocol: {describe_rules(ctx.rules)}."))
         blocks.extend(Paragraph(line) for line in summary_lines(ctx, opts.baseline, opts.method))
         blocks.append(Heading("Per-task success", 3))
         for protocol in ("rl", "crl"):

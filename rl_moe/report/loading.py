@@ -65,6 +65,8 @@ class Run:
     :param eval_curves: task -> (global steps, success) of the periodic evaluation
     :param stored_cl: the ``cl_metrics`` the run wrote itself
     :param segments: (first, last) global step of each task's segment; default ``i·steps_per_task``
+    :param rules: the protocol the run recorded (episode length, shared task fields, clipping,
+        eval positions); empty for runs written before ``results.json`` held it
     """
 
     path: Path
@@ -79,6 +81,7 @@ class Run:
     eval_curves: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = field(default_factory=dict)
     stored_cl: dict[str, Any] = field(default_factory=dict)
     segments: tuple[tuple[int, int], ...] = ()
+    rules: dict[str, Any] = field(default_factory=dict)
 
     def segment_start(self, i: int) -> int:
         """First global step of task ``i``'s training segment."""
@@ -149,7 +152,20 @@ def parse_results(data: Any, path: Path) -> Run:
         eval_curves=curves,
         stored_cl=dict(data.get("cl_metrics") or {}),
         segments=tuple((int(a), int(b)) for a, b in data.get("task_segments") or ()),
+        rules=dict(data.get("rules") or {}),
     )
+
+
+def describe_rules(rules: dict[str, Any]) -> str:
+    """One line naming a run's protocol (``results.json``'s ``rules``)."""
+    if not rules:
+        return "rules not recorded (results.json written before it held them)"
+    parts = [f"{rules.get('episode_length')}-step episodes"]
+    parts += [f"{k} {v}" for k, v in sorted((rules.get("task_fields") or {}).items())]
+    if rules.get("grad_clip"):
+        parts.append(f"{rules['grad_clip']} gradient clipping")
+    parts.append(f"evaluated on {rules.get('eval_positions')} positions")
+    return ", ".join(parts)
 
 
 def find_results(paths: list[Path]) -> list[Path]:
@@ -216,6 +232,13 @@ def load_runs(paths: list[Path]) -> RunSet:
         if r.steps_per_task != ref.steps_per_task:
             raise ReportError(
                 f"incompatible runs in suite {r.key.suite!r}: {r.path} has steps_per_task {r.steps_per_task} but {ref.path} has {ref.steps_per_task}"
+            )
+    by_learner: dict[tuple[str, str], Run] = {}
+    for r in runs:  # one table per (suite, algo): its runs must share the protocol
+        ref = by_learner.setdefault((r.key.suite, r.key.algo), r)
+        if r.rules != ref.rules:
+            raise ReportError(
+                f"incompatible runs in suite {r.key.suite!r}: {r.path} ran under {describe_rules(r.rules)} but {ref.path} under {describe_rules(ref.rules)}"
             )
     chosen: dict[tuple[RunKey, int], Run] = {}
     dropped = []

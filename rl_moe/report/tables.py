@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -42,13 +42,14 @@ class Context(NamedTuple):
     tasks: tuple[str, ...]
     steps_per_task: int
     runs: dict[str, dict[str, tuple[Run, ...]]]
+    rules: dict[str, Any]
 
 
 def contexts(runset: RunSet) -> list[Context]:
     """Group a run set by (suite, algo)."""
     out: dict[tuple[str, str], Context] = {}
     for key, runs in runset.groups.items():
-        ctx = out.setdefault((key.suite, key.algo), Context(key.suite, key.algo, runs[0].tasks, runs[0].steps_per_task, {}))
+        ctx = out.setdefault((key.suite, key.algo), Context(key.suite, key.algo, runs[0].tasks, runs[0].steps_per_task, {}, runs[0].rules))
         ctx.runs.setdefault(key.protocol, {})[key.method] = runs
     return list(out.values())
 
