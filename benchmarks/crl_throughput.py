@@ -42,10 +42,10 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 
 from rl_moe.continual.agents import begin_task, build_model
-from rl_moe.continual.envs import make_vec_env, set_pool_threads, task_factories
+from rl_moe.envs.factories import make_vec_env, set_pool_threads, task_factories
 from rl_moe.continual.probe_states import collect_probe_states, make_probe_callback, probe_factories
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
-from rl_moe.continual.threads import split_threads
+from rl_moe.envs.threads import split_threads
 
 
 def _measure(make: Callable[[], tuple[BaseAlgorithm, BaseCallback | None]], steps: int) -> float:

@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 
-from rl_moe.continual.backend_check import backend_env
-from rl_moe.continual.envpool_env import ENVPOOL_VERIFIED
+from rl_moe.envs.backend_check import backend_env
+from rl_moe.envs.envpool_env import ENVPOOL_VERIFIED
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 
 

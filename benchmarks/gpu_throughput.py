@@ -198,7 +198,7 @@ def part_rollout(device: str, n_envs: int, n_steps: int, rounds: int) -> None:
 
 def part_e2e(device: str, task: str, n_envs: int, n_steps: int, updates: int, vec_env: str) -> None:
     from rl_moe.continual.agents import begin_task, build_model
-    from rl_moe.continual.envs import make_vec_env, task_factories
+    from rl_moe.envs.factories import make_vec_env, task_factories
     from rl_moe.continual.probe_states import collect_probe_states, make_probe_callback, probe_factories
     from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 

@@ -41,7 +41,7 @@ from stable_baselines3.common.logger import configure
 
 from rl_moe.algos.common import RegularizedMixin
 from rl_moe.continual.agents import begin_task, build_model
-from rl_moe.continual.envs import make_vec_env, task_factories
+from rl_moe.envs.factories import make_vec_env, task_factories
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 from rl_moe.policies import MoEActorCriticPolicy
 from rl_moe.regularizers import Sphere, loss_context

@@ -43,18 +43,18 @@ import torch  # noqa: E402
 
 from rl_moe.cli import EXIT_INTERRUPTED, EXIT_USAGE, UsageParser  # noqa: E402
 from rl_moe.continual.config import OVERRIDE_PRESETS, RunConfig  # noqa: E402
-from rl_moe.continual.errors import DivergedError, UsageError  # noqa: E402
-from rl_moe.continual.methods import METHODS  # noqa: E402
 from rl_moe.continual.learners import LEARNERS, get_learner  # noqa: E402
-from rl_moe.continual.errors import check_choice  # noqa: E402
+from rl_moe.continual.methods import METHODS  # noqa: E402
 from rl_moe.continual.resolve import DEVICES, RunRequest, check_reference, resolve  # noqa: E402
 from rl_moe.continual.resume import check_flags_match, check_resumable, load_run, with_overrides  # noqa: E402
+from rl_moe.continual.scheduler import ContinualScheduler  # noqa: E402
+from rl_moe.envs.factories import set_pool_threads  # noqa: E402
+from rl_moe.envs.suites import builtin_suites  # noqa: E402
+from rl_moe.envs.threads import parse_threads, split_threads  # noqa: E402
+from rl_moe.errors import DivergedError, UsageError  # noqa: E402
+from rl_moe.errors import check_choice  # noqa: E402
 from rl_moe.rundir import RunDir, check_writable_folder  # noqa: E402
 from rl_moe.runlock import RunLock, RunLocked  # noqa: E402
-from rl_moe.continual.suites import builtin_suites  # noqa: E402
-from rl_moe.continual.envs import set_pool_threads  # noqa: E402
-from rl_moe.continual.threads import parse_threads, split_threads  # noqa: E402
-from rl_moe.continual.scheduler import ContinualScheduler  # noqa: E402
 
 EXIT_DIVERGED = 3
 EXIT_STORAGE = 4

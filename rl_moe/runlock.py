@@ -1,9 +1,10 @@
 """One writer per run folder: an advisory OS lock on ``<run>/.lock`` (``flock``).
 
 The kernel releases the lock when its process ends, however it ends (kill -9 included), so a
-crashed run never leaves a stale lock: a file without a live lock holder is free. The file holds
-the writer's PID, for the message a second writer gets. Where ``fcntl`` is missing (Windows) no
-lock is taken.
+crashed run never leaves a stale lock: a file without a live lock holder is free. A run that ends
+(finished, failed or stopped with Ctrl-C) removes the file; only a killed one leaves it behind,
+free. The file holds the writer's PID, for the message a second writer gets. Where ``fcntl`` is
+missing (Windows) no lock is taken.
 """
 
 from __future__ import annotations
@@ -40,6 +41,14 @@ def _read_pid(path: Path) -> int | None:
         return None
 
 
+def _same_file(fh: IO[str], path: Path) -> bool:
+    """Whether ``path`` still names the file ``fh`` has open."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fh.fileno()).st_ino
+    except FileNotFoundError:
+        return False
+
+
 def _try_lock(fh: IO[str]) -> bool:
     try:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -63,10 +72,15 @@ class RunLock:
         if fcntl is None:
             return self
         path = RunDir(self.run_dir).lock
-        fh = open(path, "a+")  # noqa: SIM115 (held open for the process's life: the lock is the open file)
-        if not _try_lock(fh):
+        while True:
+            fh = open(path, "a+")  # noqa: SIM115 (held open for the process's life: the lock is the open file)
+            if not _try_lock(fh):
+                fh.close()
+                raise RunLocked(self.run_dir, _read_pid(path))
+            if _same_file(fh, path):
+                break
+            # A holder removed the file between our open and our lock: ours is an orphan inode.
             fh.close()
-            raise RunLocked(self.run_dir, _read_pid(path))
         fh.seek(0)
         fh.truncate()
         fh.write(f"{os.getpid()}\n")
@@ -75,7 +89,13 @@ class RunLock:
         return self
 
     def release(self) -> None:
+        """Remove the file while still holding the lock, then unlock: a process that opened the
+        old file meanwhile sees it is gone (:func:`_same_file`) and opens a new one."""
         if self._fh is not None:
+            try:
+                RunDir(self.run_dir).lock.unlink()
+            except FileNotFoundError:
+                pass
             fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
             self._fh.close()
             self._fh = None

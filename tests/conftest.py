@@ -17,7 +17,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-SUITES = Path(__file__).resolve().parents[1] / "rl_moe" / "continual" / "suites"
+SUITES = Path(__file__).resolve().parents[1] / "envs" / "suites"
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def _one_thread_per_test():
     """``rl_moe.crl.main`` sets process-wide thread counts (``--threads auto`` gives torch 2 with
     EnvPool); put them back so that no test runs with what an earlier one chose."""
     yield
-    from rl_moe.continual.envs import set_pool_threads
+    from rl_moe.envs.factories import set_pool_threads
 
     torch.set_num_threads(1)
     set_pool_threads(1)

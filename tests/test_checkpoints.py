@@ -10,9 +10,9 @@ import torch
 from stable_baselines3.common.save_util import load_from_zip_file
 
 from rl_moe.continual.checkpoints import load_checkpoint, make_task_env
-from rl_moe.continual.errors import UsageError
 from rl_moe.continual.resolve import RunRequest, resolve
 from rl_moe.crl import main
+from rl_moe.errors import UsageError
 from rl_moe.rundir import RunDir
 
 

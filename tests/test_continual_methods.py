@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from rl_moe.continual.agents import begin_task, build_model
-from rl_moe.continual.envs import make_vec_env, task_factories
 from rl_moe.continual.methods import METHODS
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
+from rl_moe.envs.factories import make_vec_env, task_factories
 from rl_moe.nn import NetConfig
 from rl_moe.regularizers import SphereConfig
 
@@ -100,8 +100,8 @@ def test_stored_regularizer_fields_win_over_todays_defaults_and_unused_entries_a
 def test_a_bad_suite_regularizer_setting_is_refused_even_when_the_method_does_not_use_it(tmp_path) -> None:
     import json
 
-    from rl_moe.continual.errors import UsageError
-    from rl_moe.continual.suites import load_suite
+    from rl_moe.errors import UsageError
+    from rl_moe.envs.suites import load_suite
 
     data = load_suite("smoke").to_dict()
     data["name"], data["regularizers"] = "smoke-typo", {"sphere": {"rhoo": 0.1}}

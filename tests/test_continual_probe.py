@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from rl_moe.continual.config import RunConfig
-from rl_moe.continual.envs import EnvFactory
-from rl_moe.continual.errors import UsageError
-from rl_moe.continual.families import metaworld_expert, metaworld_names
 from rl_moe.continual.probe_states import collect_probe_states
 from rl_moe.continual.resolve import RunRequest, resolve
-from rl_moe.continual.suites import TaskSpec
 from rl_moe.crl import main
 from rl_moe.diagnostics import ProbeConfig
+from rl_moe.envs.factories import EnvFactory
+from rl_moe.envs.families import metaworld_expert, metaworld_names
+from rl_moe.envs.suites import TaskSpec
+from rl_moe.errors import UsageError
 
 
 def test_every_metaworld_task_has_a_scripted_expert() -> None:
@@ -57,7 +57,7 @@ def test_cw10_probe_batch_spans_more_than_one_task_and_lifts_the_fresh_entk_rank
     # kernel of clearly higher rank (docs/metrics.md, "The held-out batch").
     import torch
 
-    from rl_moe.continual.suites import load_suite
+    from rl_moe.envs.suites import load_suite
     from rl_moe.diagnostics import entk_rank
     from rl_moe.diagnostics.views import NetView
     from rl_moe.nn import NetConfig, build_network

@@ -14,13 +14,13 @@ import pytest
 from gymnasium import spaces
 
 from rl_moe.continual.config import SECTIONS, RunConfig
-from rl_moe.continual.envs import EnvFactory, resolve_vec_env_type, task_factories
-from rl_moe.continual.errors import MissingDependencyError, UsageError
-from rl_moe.continual.suites import builtin_suites, load_suite
-from rl_moe.continual.wrappers import InfoSuccess, PermuteObsFlipAction, ReturnSuccess
+from rl_moe.envs.factories import EnvFactory, resolve_vec_env_type, task_factories
+from rl_moe.envs.suites import builtin_suites, load_suite
+from rl_moe.envs.wrappers import InfoSuccess, PermuteObsFlipAction, ReturnSuccess
+from rl_moe.errors import MissingDependencyError, UsageError
 
 REPO = Path(__file__).resolve().parents[1]
-SUITES = REPO / "rl_moe" / "continual" / "suites"
+SUITES = REPO / "envs" / "suites"
 CW10 = ["hammer", "push-wall", "faucet-close", "push-back", "stick-pull", "handle-press-side", "push", "shelf-place", "window-close", "peg-unplug-side"]
 
 
@@ -194,7 +194,7 @@ def test_subproc_and_dummy_vec_envs_step_the_same_envs() -> None:
     # Worker processes must build the same seeded envs as in-process ones (the factories pickle).
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-    from rl_moe.continual.envs import make_vec_env
+    from rl_moe.envs.factories import make_vec_env
 
     suite = load_suite("smoke")
     firsts = {}
@@ -219,7 +219,7 @@ def test_smoke_factories_seed_envs_differently() -> None:
 
 
 def test_jax_stub_installs_only_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rl_moe.continual import humanoidbench
+    from rl_moe.envs import humanoidbench
 
     if importlib.util.find_spec("jax") is not None:
         pytest.skip("jax is installed; no stub needed")
@@ -290,7 +290,7 @@ def test_metaworld_factory_leaves_global_numpy_rng_alone() -> None:
 
 
 def test_registries_cover_every_builtin_suite() -> None:
-    from rl_moe.continual.families import FAMILIES
+    from rl_moe.envs.families import FAMILIES
     from rl_moe.continual.learners import LEARNERS
     from rl_moe.continual.presets import learner_presets
     from rl_moe.continual.resolve import DEFAULT_PRESET
@@ -360,7 +360,7 @@ def test_run_config_sections_are_the_settable_sections_and_pick_the_learners():
 
 
 def _reward_after_one_still_step(reward_version: str | None) -> tuple[float, gym.Env]:
-    from rl_moe.continual.suite_spec import TaskSpec
+    from rl_moe.envs.suite_spec import TaskSpec
 
     params = {} if reward_version is None else {"reward_version": reward_version}
     suite = load_suite("cw10")
@@ -389,11 +389,37 @@ def test_bad_metaworld_task_fields_exit_2_naming_the_choices(tmp_path: Path, cap
     data = json.loads((SUITES / "cw10.json").read_text())
     for task, message in (
         ({"name": "hammer-v3", "reward_version": "v9"}, "unknown reward_version 'v9' of MetaWorld task 'hammer-v3'; valid choices: v2, v1"),
-        ({"name": "hammer-v3", "rewrd_version": "v1"}, "unknown field 'rewrd_version' of MetaWorld task 'hammer-v3'"),
+        ({"name": "hammer-v3", "rewrd_version": "v1"}, "unknown field 'rewrd_version' of metaworld task 'hammer-v3'"),
     ):
         path = tmp_path / "bad.json"
         path.write_text(json.dumps({**data, "tasks": [task]}))
         assert main(["--suite", str(path), "--tasks", "1", "--out", str(tmp_path / "runs"), "--no-progress"]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d.update(regularisers={"sphere": {"rho": 0.1}}), "unknown suite key 'regularisers'"),
+        (lambda d: d["success"].update(typ="info"), "unknown key 'typ' of success"),
+        (lambda d: d.update(net={"hiden": [8]}), "unknown net setting 'hiden'"),
+        (lambda d: d.update(eval={"n_episode": 3}), "unknown eval setting 'n_episode'"),
+        (lambda d: d.update(presets={"ppo2": "smoke"}), "unknown learner 'ppo2'"),
+        (lambda d: d.update(regularizers={"spher": {"rho": 0.1}}), "unknown regularizer 'spher'"),
+        (lambda d: d["tasks"][0].update(permutaton=[0, 1, 2]), "unknown field 'permutaton' of smoke task 'pendulum-0'"),
+    ],
+    ids=["top", "success", "net", "eval", "presets", "regularizers", "task"],
+)
+def test_unknown_suite_keys_exit_2_with_the_nearest_valid_one(tmp_path: Path, capsys: pytest.CaptureFixture, change, message: str) -> None:
+    from rl_moe.crl import main
+
+    data = json.loads((SUITES / "smoke.json").read_text())
+    change(data)
+    path = tmp_path / "typo.json"
+    path.write_text(json.dumps(data))
+    assert main(["--suite", str(path), "--tasks", "1", "--out", str(tmp_path / "runs"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err and "did you mean" in err, err
     assert not (tmp_path / "runs").exists()

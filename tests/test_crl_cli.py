@@ -12,9 +12,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 from rl_moe.continual import scheduler as sched_mod
 from rl_moe.continual.resolve import RunRequest, resolve
 from rl_moe.continual.results import load_regularizer_state
-from rl_moe.rundir import RunDir
 from rl_moe.continual.scheduler import ContinualScheduler
 from rl_moe.crl import main
+from rl_moe.rundir import RunDir
 
 TINY = ["--preset", "tiny", "--no-progress"]
 
@@ -295,7 +295,7 @@ def test_bad_regularizer_kwarg_exits_2(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_unknown_task_in_user_suite_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    data = json.loads((Path(__file__).resolve().parents[1] / "rl_moe" / "continual" / "suites" / "cw10.json").read_text())
+    data = json.loads((Path(__file__).resolve().parents[1] / "envs" / "suites" / "cw10.json").read_text())
     data["tasks"][1] = {"name": "push-wal-v3"}
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(data))

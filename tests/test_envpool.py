@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from rl_moe.continual import envpool_env
-from rl_moe.continual.backend_check import N_EPISODES, expert_statistics
-from rl_moe.continual.envpool_env import ENVPOOL_MISMATCHED, ENVPOOL_VERIFIED, EnvPoolMetaWorld, envpool_installed, envpool_task_id, official_observation_space
-from rl_moe.continual.envs import make_vec_env, resolve_vec_env_type, task_factories
-from rl_moe.continual.errors import MissingDependencyError, UsageError
 from rl_moe.continual.evaluation import EvalEnvs
-from rl_moe.continual.suites import load_suite
-from rl_moe.continual.threads import parse_threads, split_threads
 from rl_moe.crl import main
+from rl_moe.envs import envpool_env
+from rl_moe.envs.backend_check import N_EPISODES, expert_statistics
+from rl_moe.envs.envpool_env import ENVPOOL_MISMATCHED, ENVPOOL_VERIFIED, EnvPoolMetaWorld, envpool_installed, envpool_task_id, official_observation_space
+from rl_moe.envs.factories import make_vec_env, resolve_vec_env_type, task_factories
+from rl_moe.envs.suites import load_suite
+from rl_moe.envs.threads import parse_threads, split_threads
+from rl_moe.errors import MissingDependencyError, UsageError
 
 needs_envpool = pytest.mark.skipif(not envpool_installed(), reason="envpool is not installed (pip install 'rl_moe[envpool]')")
 STATS = Path(__file__).parent / "data" / "cw10_expert_stats.json"
@@ -179,9 +179,9 @@ def test_same_seeds_same_trajectory_other_seeds_other_goals() -> None:
 
 @needs_envpool
 def test_tasks_not_verified_run_on_official_envs(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rl_moe.continual import envs
+    from rl_moe.envs import factories
 
-    monkeypatch.setattr(envs, "_FELL_BACK", set())
+    monkeypatch.setattr(factories, "_FELL_BACK", set())
     for name in ENVPOOL_MISMATCHED:
         for _ in range(2):
             env = make_vec_env(task_factories(CW10, _task(name), 2, 0), "envpool")

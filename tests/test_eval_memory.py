@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl_moe.continual.envs import EnvFactory, task_factories
 from rl_moe.continual.evaluation import EvalEnvs, evaluate, release_memory
-from rl_moe.continual.suites import load_suite
+from rl_moe.envs.factories import EnvFactory, task_factories
+from rl_moe.envs.suites import load_suite
 
 
 class _Policy:

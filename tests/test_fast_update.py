@@ -225,7 +225,7 @@ def test_capture_forgets_what_the_policy_kept_from_a_forward_with_gradients() ->
 @pytest.mark.parametrize("mode", ["on", "off"])
 def test_cli_setting_reaches_the_learner(mode: str, algo: str) -> None:
     from rl_moe.continual.agents import build_model
-    from rl_moe.continual.envs import make_vec_env as make_task_env, task_factories
+    from rl_moe.envs.factories import make_vec_env as make_task_env, task_factories
     from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 
     overrides = (f"{algo}.fast_update={mode}",)

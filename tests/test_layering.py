@@ -6,22 +6,31 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "rl_moe"
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "rl_moe"
+#: The top-level envs/ folder, installed as rl_moe.envs (pyproject's package-dir).
+ENVS = (REPO / "envs", "rl_moe.envs")
 
 
-def module_names(root: Path) -> dict[str, Path]:
-    """Dotted module name -> file, packages named by their folder."""
+def module_names(root: Path, prefix: str | None = None) -> dict[str, Path]:
+    """Dotted module name -> file, packages named by their folder (``prefix``: the dotted name
+    ``root`` installs as, where it differs from its folder's)."""
     names = {}
     for path in root.rglob("*.py"):
-        parts = path.relative_to(root.parent).with_suffix("").parts
+        parts = path.relative_to(root).with_suffix("").parts
+        parts = (*(prefix or root.name).split("."), *parts)
         names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return names
 
 
-def import_graph(root: Path) -> dict[str, set[str]]:
+def import_graph(root: Path, *extra: tuple[Path, str]) -> dict[str, set[str]]:
     """Module -> the package modules it imports (``from a import b`` names ``a.b`` when that is a
-    module, else ``a``)."""
+    module, else ``a``); ``extra`` folders join the package under their installed names."""
     modules = module_names(root)
+    for folder, prefix in extra:
+        modules.update(module_names(folder, prefix))
     top = root.name
 
     def owner(name: str) -> str | None:
@@ -93,7 +102,26 @@ def test_the_finder_sees_a_type_only_loop(tmp_path: Path) -> None:
 
 
 def test_no_module_of_the_package_imports_itself_through_a_loop() -> None:
-    assert loops(import_graph(PACKAGE)) == []
+    assert loops(import_graph(PACKAGE, ENVS)) == []
+
+
+def test_envs_never_import_the_scheduler() -> None:
+    graph = import_graph(PACKAGE, ENVS)
+    envs = {m for m in graph if m.startswith("rl_moe.envs")}
+    assert len(envs) >= 10
+    upward = sorted(f"{m} -> {t}" for m in envs for t in graph[m] if t.startswith("rl_moe.continual"))
+    assert upward == []
+    # and the scheduler does reach them: the graph sees the installed names
+    assert any(t.startswith("rl_moe.envs") for t in graph["rl_moe.continual.scheduler"])
+
+
+def test_pyproject_lists_every_package() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {".".join(p.parent.relative_to(REPO).parts) for p in PACKAGE.rglob("__init__.py")}
+    assert set(data["packages"]) == folders | {"rl_moe.envs"}
+    assert data["package-dir"] == {"rl_moe.envs": "envs"}
 
 
 def uncommented_lazy_imports(root: Path) -> list[str]:
@@ -117,3 +145,4 @@ def test_imports_inside_functions_say_why(tmp_path: Path) -> None:
     (tmp_path / "rl_moe" / "m.py").write_text("def f():\n    import json\n\n\ndef g():\n    import ray  # lazy: optional\n")
     assert uncommented_lazy_imports(tmp_path / "rl_moe") == ["rl_moe/m.py:2"]
     assert uncommented_lazy_imports(PACKAGE) == []
+    assert uncommented_lazy_imports(ENVS[0]) == []

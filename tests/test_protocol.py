@@ -9,17 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl_moe.continual.errors import UsageError
 from rl_moe.continual.evaluation import EvalPoint, EvalResult, append_point
-from rl_moe.continual.families import FAMILIES
-from rl_moe.continual.envs import task_factories
-from rl_moe.continual.resolve import RunRequest, resolve
+from rl_moe.continual.resolve import RunRequest, check_suite_settings, resolve
 from rl_moe.continual.scheduler import ContinualScheduler
-from rl_moe.continual.suites import load_suite, suite_from_dict
-from rl_moe.continual.wrappers import InfoSuccess
 from rl_moe.crl import main
+from rl_moe.envs.factories import task_factories
+from rl_moe.envs.families import FAMILIES
+from rl_moe.envs.suites import load_suite, suite_from_dict
+from rl_moe.envs.wrappers import InfoSuccess
+from rl_moe.errors import UsageError
 
-SUITES = Path(__file__).resolve().parents[1] / "rl_moe" / "continual" / "suites"
+SUITES = Path(__file__).resolve().parents[1] / "envs" / "suites"
 
 
 def _object_positions(suite_name: str, seeds: tuple[int, ...], resets: int) -> list[list[np.ndarray]]:
@@ -68,7 +68,7 @@ def test_task_defaults_sit_beneath_a_tasks_own_fields() -> None:
     data.pop("task_defaults")
     data["eval"] = {"postions": "train"}
     with pytest.raises(UsageError, match="unknown eval setting 'postions'.*positions"):
-        suite_from_dict(data)
+        check_suite_settings(suite_from_dict(data))
 
 
 def test_envpool_names_why_it_cannot_keep_fixed_positions() -> None:
@@ -147,7 +147,7 @@ def test_bad_eval_positions_exits_2(tmp_path: Path, capsys) -> None:
 def test_episode_stages_average_the_last_info_of_finished_episodes() -> None:
     from stable_baselines3.common.logger import Logger
 
-    from rl_moe.continual.stages import EpisodeStages
+    from rl_moe.envs.stages import EpisodeStages
 
     cb = EpisodeStages(("grasp_success", "in_place_reward"))
     logger = Logger(folder=None, output_formats=[])

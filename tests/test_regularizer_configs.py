@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rl_moe.continual.config import apply_overrides, regularizer_fields
-from rl_moe.continual.errors import UsageError
+from rl_moe.errors import UsageError
 from rl_moe.regularizers import REGISTRY, make_regularizer
 
 #: A valid non-default value per field type, written as on the command line.

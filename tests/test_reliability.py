@@ -15,8 +15,8 @@ from stable_baselines3.common.save_util import load_from_zip_file
 
 from rl_moe.algos.guard import NonFiniteError, check_update, first_non_finite
 from rl_moe.continual import scheduler as sched_mod
-from rl_moe.rundir import RunDir
 from rl_moe.crl import main
+from rl_moe.rundir import RunDir
 
 TINY = ["--suite", "smoke", "--preset", "tiny", "--no-progress", "--tasks", "2", "--steps-per-task", "256"]
 
@@ -226,7 +226,7 @@ def _raw_steps(tb: Path) -> dict[str, list[int]]:
     return out
 
 
-def test_tensorboard_steps_strictly_increase_and_resume_purges_the_redone_range(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tensorboard_steps_strictly_increase_and_a_resume_never_rewinds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = tmp_path / "run"
     assert main([*TINY, "--run-dir", str(run)]) == 0
     for tag, steps in _raw_steps(run / "tb").items():
@@ -248,10 +248,48 @@ def test_tensorboard_steps_strictly_increase_and_resume_purges_the_redone_range(
     res["eval_curves"].pop("pendulum-1")
     (cut / "results.json").write_text(json.dumps(res))  # as if interrupted during task 1's training
     assert main(["--resume", str(cut), "--no-progress"]) == 0
-    steps = _steps(cut / "tb")
-    assert steps["train/loss"] == _steps(run / "tb")["train/loss"]
-    for tag, s in steps.items():
+    raw = _raw_steps(cut / "tb")  # the files as written, with nothing for a reader to purge
+    assert raw["train/loss"] == _raw_steps(run / "tb")["train/loss"]
+    for tag, s in raw.items():
         assert all(b > a for a, b in zip(s, s[1:])), (tag, s)
+    assert _steps(cut / "tb") == _steps(run / "tb")
+
+
+def test_truncate_events_keeps_what_came_before_and_survives_an_interrupted_rewrite(tmp_path: Path) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    from rl_moe.tblog import truncate_events
+
+    tb = tmp_path / "tb"
+    with SummaryWriter(str(tb)) as w:
+        for step in range(10):
+            w.add_scalar("a", float(step), step)
+    truncate_events(str(tb), 6)
+    assert _raw_steps(tb)["a"] == [0, 1, 2, 3, 4, 5]
+    assert len(list(tb.glob("events.*"))) == 1
+    (tb / ".rewrite").mkdir()  # a rewrite cut off before it was marked done: discarded
+    (tb / ".rewrite" / "events.out.tfevents.0.x").write_text("partial")
+    truncate_events(str(tb), 4)
+    assert _raw_steps(tb)["a"] == [0, 1, 2, 3] and not (tb / ".rewrite").exists()
+
+
+def test_reports_read_old_purged_folders_quietly(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Folders written by earlier versions: a second file steps back (TensorBoard's purge_step)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from rl_moe.report.scalars import load_scalars
+
+    tb = tmp_path / "run" / "tb"
+    with SummaryWriter(str(tb)) as w:
+        for step in range(10):
+            w.add_scalar("eval/success", 0.0, step)
+    with SummaryWriter(str(tb), purge_step=5) as w:
+        for step in range(5, 8):
+            w.add_scalar("eval/success", 1.0, step)
+    with caplog.at_level("WARNING"):
+        curves = load_scalars(tmp_path / "run")
+    assert list(curves["eval/success"].steps) == list(range(8))
+    assert "out of order" not in caplog.text
 
 
 @pytest.mark.parametrize("steps", [128, 200])  # shorter than a 200-step episode; ending with one

@@ -29,7 +29,7 @@ def _pendulum() -> VecEnv:
 
 
 def _metaworld() -> VecEnv:
-    from rl_moe.continual.envs import make_vec_env as make_task_env, task_factories
+    from rl_moe.envs.factories import make_vec_env as make_task_env, task_factories
     from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 
     suite = suite_of(resolve(RunRequest(suite="cw10", method="topk", tasks=1, device="cpu")))

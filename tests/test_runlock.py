@@ -99,3 +99,39 @@ def test_stale_temp_files_of_a_killed_run_are_removed_on_resume(tmp_path: Path, 
     assert main(["--resume", str(run), "--no-progress"]) == 0
     assert not any(p.exists() for p in stale)
     assert all(p.exists() for p in kept)
+
+
+def test_a_finished_run_removes_its_lock_file_and_a_killed_one_leaves_it_free(tmp_path: Path) -> None:
+    from rl_moe.crl import main
+
+    out = tmp_path / "runs"
+    assert main(["--suite", "smoke", "--tasks", "1", "--steps-per-task", "256", "--preset", "tiny", "--no-progress", "--out", str(out)]) == 0
+    (run,) = [p for p in out.glob("*/*") if p.is_dir()]
+    assert not (run / ".lock").exists()
+    lock = RunLock(run).acquire()
+    assert (run / ".lock").exists()
+    lock.release()
+    assert not (run / ".lock").exists()
+
+
+def test_a_lock_taken_on_a_removed_file_is_retried_on_the_new_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race the removal opens: B opens the file, A removes it and unlocks, B locks the orphan."""
+    import rl_moe.runlock as runlock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    first = RunLock(run).acquire()
+    real_try = runlock._try_lock
+    calls = []
+
+    def release_in_between(fh):  # A releases after B's open, before B's lock
+        if not calls:
+            first.release()
+        calls.append(fh)
+        return real_try(fh)
+
+    monkeypatch.setattr(runlock, "_try_lock", release_in_between)
+    second = RunLock(run).acquire()
+    assert len(calls) == 2  # the orphan inode was refused, the new file taken
+    assert lock_holder(run) == Holder(os.getpid())
+    second.release()

@@ -10,8 +10,8 @@ from gymnasium import spaces
 from torch.nn.utils import parametrize
 
 from rl_moe.algos import MoEPPO, MoETD3
-from rl_moe.continual.errors import UsageError
 from rl_moe.continual.resolve import RunRequest, resolve
+from rl_moe.errors import UsageError
 from rl_moe.nn import NetConfig, StackedSpectralNorm, build_network, hidden_weights
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
 from rl_moe.regularizers.targets import role_hidden_weights

@@ -220,7 +220,7 @@ def test_gradient_gram_matches_per_sample_autograd() -> None:
 
 def test_config_validation_and_suite_rho() -> None:
     from rl_moe.continual.resolve import RunRequest, resolve
-    from rl_moe.continual.suites import load_suite
+    from rl_moe.envs.suites import load_suite
 
     # Table 2's per-suite rho comes from the suite files; hb5 is read without resolving (that
     # needs HumanoidBench installed).

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_moe.continual.envpool_env import envpool_installed
+from rl_moe.envs.envpool_env import envpool_installed
 
 from rl_moe import sweep
 from rl_moe.sweep import (

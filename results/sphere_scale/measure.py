@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from rl_moe.continual.agents import begin_task, build_model
-from rl_moe.continual.envs import make_vec_env, task_factories
+from rl_moe.envs.factories import make_vec_env, task_factories
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 from rl_moe.nn import MoEOutput
 

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from rl_moe.continual.checkpoints import load_checkpoint
-from rl_moe.continual.families import FAMILIES
-from rl_moe.continual.suites import TaskSpec
+from rl_moe.envs.families import FAMILIES
+from rl_moe.envs.suites import TaskSpec
 
 
 def success_rate(model, task: str, horizon: int, deterministic: bool, episodes: int) -> float:

@@ -23,8 +23,8 @@ import torch
 from stable_baselines3.common.base_class import BaseAlgorithm
 
 from rl_moe.continual.checkpoints import load_checkpoint
-from rl_moe.continual.families import FAMILIES
-from rl_moe.continual.suites import TaskSpec
+from rl_moe.envs.families import FAMILIES
+from rl_moe.envs.suites import TaskSpec
 
 TASK = "hammer-v3"
 HORIZON = 200  # Continual World's episode length

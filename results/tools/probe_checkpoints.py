@@ -20,7 +20,7 @@ from rl_moe.continual.agents import build_model
 from rl_moe.continual.config import RunConfig
 from rl_moe.continual.probe_states import collect_probe_states, probe_factories
 from rl_moe.continual.scheduler import ContinualScheduler
-from rl_moe.continual.suites import load_suite
+from rl_moe.envs.suites import load_suite
 from rl_moe.diagnostics import ProbeConfig
 from rl_moe.diagnostics.groups import plasticity_group, routing_group
 from rl_moe.diagnostics.views import actor_view

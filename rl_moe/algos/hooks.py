@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from rl_moe.policies.roles import Role, policy_roles
 from rl_moe.maths import grads_norm
+from rl_moe.policies.roles import Role, policy_roles
 
 if TYPE_CHECKING:  # pragma: no cover
     from stable_baselines3.common.base_class import BaseAlgorithm

@@ -19,9 +19,9 @@ from torch import Tensor
 from rl_moe.algos.clipping import GRAD_CLIPS, GradClipper
 from rl_moe.algos.common import RegularizedMixin
 from rl_moe.algos.fast import FAST_MODES, PPOUpdate, no_distribution_checks, unsupported_reason
+from rl_moe.algos.hooks import Regularizer
 from rl_moe.algos.rollout import DeviceRolloutBuffer, GraphedActing, unsupported_reason as rollout_unsupported
 from rl_moe.nn.static import static_shapes
-from rl_moe.algos.hooks import Regularizer
 
 
 class MoEPPO(RegularizedMixin, PPO):

@@ -24,10 +24,10 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rl_moe.continual.agents import build_model
 from rl_moe.continual.config import RunConfig
-from rl_moe.continual.envs import EnvFactory
-from rl_moe.continual.errors import UsageError
 from rl_moe.continual.resolve import suite_of
-from rl_moe.continual.suite_spec import TaskSpec
+from rl_moe.envs.factories import EnvFactory
+from rl_moe.envs.suite_spec import TaskSpec
+from rl_moe.errors import UsageError
 from rl_moe.rundir import RunDir
 
 
@@ -62,7 +62,7 @@ def make_task_env(run_dir: str | Path, task: str | int, seed: int = 0) -> gym.En
     cfg = _config(run_dir)
     suite = suite_of(cfg)
     _, spec = _task(cfg, task)
-    return EnvFactory(suite.family, spec, suite.episode_length, suite.success_type, seed)()
+    return EnvFactory(suite.family, spec, suite.episode_length, suite.success_type, seed, suite.family_module)()
 
 
 def load_checkpoint(run_dir: str | Path, task: str | int, device: str = "cpu") -> BaseAlgorithm:

@@ -13,11 +13,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rl_moe.continual.errors import UsageError
 from rl_moe.continual.learners import LEARNERS, PPOConfig, TD3Config, get_learner
 from rl_moe.continual.methods import METHODS
 from rl_moe.continual.results import write_json_atomic
 from rl_moe.diagnostics.probe import ProbeConfig
+from rl_moe.errors import UsageError
 from rl_moe.nn import NetConfig
 from rl_moe.regularizers import REGISTRY
 from rl_moe.regularizers.targets import build_config

@@ -1,7 +1,7 @@
 """Deterministic evaluation of a policy on a suite task, and the periodic-eval SB3 callback.
 
 Success follows the suite's rule through ``info["is_success"]`` (see
-:mod:`rl_moe.continual.wrappers`): CW any-step ``info["success"]``, HB/smoke return >= bar.
+:mod:`rl_moe.envs.wrappers`): CW any-step ``info["success"]``, HB/smoke return >= bar.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
 
-from rl_moe.continual.envs import EnvFactory, make_vec_env
+from rl_moe.envs.factories import EnvFactory, make_vec_env
 from rl_moe.tblog import dump_keys
 
 

@@ -20,7 +20,7 @@ from stable_baselines3.common.noise import NormalActionNoise, VectorizedActionNo
 from rl_moe.algos import ALGOS
 from rl_moe.algos.clipping import GRAD_CLIPS
 from rl_moe.algos.fast import FAST_MODES
-from rl_moe.continual.errors import UsageError, check_choice, check_positive, check_within
+from rl_moe.errors import UsageError, check_choice, check_positive, check_within
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
 
 #: ``(section, env, regularizers, common kwargs) -> learner``; ``common`` holds seed, device,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rl_moe.continual.errors import UsageError
+from rl_moe.errors import UsageError
 from rl_moe.nn.routing import ROUTERS
 from rl_moe.regularizers import REGISTRY
 

@@ -27,10 +27,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_moe.continual.envs import EnvFactory
-from rl_moe.continual.families import FAMILIES
-from rl_moe.continual.suite_spec import Suite
 from rl_moe.diagnostics.probe import Actor, PlasticityProbe, ProbeConfig, collect_states, load_or_create_states
+from rl_moe.envs.factories import EnvFactory
+from rl_moe.envs.families import FAMILIES
+from rl_moe.envs.suite_spec import Suite
 
 
 def _random_actor(env: gym.Env, factory: EnvFactory, seed: int, noise: float) -> Actor | None:
@@ -72,7 +72,7 @@ def default_probe_policy(family: str) -> str:
 
 def probe_factories(suite: Suite, seed: int) -> list[EnvFactory]:
     """One env factory per probe task of ``suite``, seeded ``seed``, ``seed + 100``, ..."""
-    return [EnvFactory(suite.family, task, suite.episode_length, suite.success_type, seed + 100 * i) for i, task in enumerate(suite.probe_tasks)]
+    return [EnvFactory(suite.family, task, suite.episode_length, suite.success_type, seed + 100 * i, suite.family_module) for i, task in enumerate(suite.probe_tasks)]
 
 
 def collect_probe_states(

@@ -14,15 +14,16 @@ import torch
 
 from rl_moe.continual.agents import net_configs_for
 from rl_moe.continual.config import EVAL_POSITIONS, OVERRIDE_PRESETS, EvalSettings, NetSettings, RunConfig, apply_overrides, regularizer_configs
-from rl_moe.continual.envs import resolve_vec_env_type
-from rl_moe.continual.errors import UsageError, check_choice, check_positive
-from rl_moe.continual.families import FAMILIES
 from rl_moe.continual.learners import LEARNERS, check_fast_update, get_learner
 from rl_moe.continual.methods import get_method
 from rl_moe.continual.presets import learner_presets
 from rl_moe.continual.probe_states import PROBE_POLICIES, default_probe_policy
-from rl_moe.continual.suites import Suite, load_suite, net_flags, suite_from_dict
 from rl_moe.diagnostics.probe import ProbeConfig
+from rl_moe.envs.factories import resolve_vec_env_type
+from rl_moe.envs.families import FAMILIES
+from rl_moe.envs.suites import Suite, load_suite, net_flags, suite_from_dict
+from rl_moe.errors import UsageError, check_choice, check_keys, check_positive
+from rl_moe.regularizers import REGISTRY
 from rl_moe.rundir import RunDir
 
 #: The preset of a learner when the suite names none.
@@ -119,9 +120,24 @@ def check_reference(path: str | None) -> None:
         raise UsageError(f"--reference {path!r}: {results.name} is not valid JSON") from None
 
 
+def check_suite_settings(suite: Suite) -> None:
+    """The names of a suite's ``net`` and ``eval`` defaults (values are parsed with ``--set``'s).
+
+    Checked here rather than by the suite loader: the settings' types belong to the run config,
+    which the env package does not import.
+    """
+    where = f" in suite {suite.source or suite.name}"
+    # The method picks the network kind; a suite choosing it would silently override --method.
+    for section, given, cls, skip in (("net", suite.net, NetSettings, ("kind",)), ("eval", suite.eval, EvalSettings, ())):
+        check_keys(given, [f.name for f in dataclasses.fields(cls) if f.name not in skip], f"{section} setting", where)
+    check_keys(suite.presets, LEARNERS, "learner", f" in the presets{where}")
+    check_keys(suite.regularizers, REGISTRY, "regularizer", f" in the regularizers{where}")
+
+
 def resolve(req: RunRequest) -> RunConfig:
     """Validate ``req`` completely and return the resolved, frozen run configuration."""
     suite = load_suite(req.suite)
+    check_suite_settings(suite)
     spec = get_learner(req.algo)
     algo = spec.name
     protocol = check_choice(req.protocol, PROTOCOLS, "protocol")

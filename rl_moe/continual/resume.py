@@ -16,17 +16,17 @@ import torch
 from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from rl_moe.continual import envpool_env
 from rl_moe.continual.agents import build_model
 from rl_moe.continual.config import RunConfig, apply_overrides, regularizer_configs
-from rl_moe.continual.envpool_env import INSTALL_HINT
-from rl_moe.continual.envs import task_factories
-from rl_moe.continual.errors import MissingDependencyError, UsageError, check_choice
 from rl_moe.continual.learners import get_learner
 from rl_moe.continual.methods import get_method
 from rl_moe.continual.resolve import PROTOCOLS, check_sections, suite_of
 from rl_moe.continual.results import Results, checkpoint_ok, load_regularizer_state
 from rl_moe.continual.rng import load as load_training_state
+from rl_moe.envs import envpool_env
+from rl_moe.envs.envpool_env import INSTALL_HINT
+from rl_moe.envs.factories import task_factories
+from rl_moe.errors import MissingDependencyError, UsageError, check_choice
 from rl_moe.rundir import RunDir
 
 #: Flags that define a run: on ``--resume`` the stored values hold, and a differing flag is refused.

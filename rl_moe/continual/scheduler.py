@@ -30,14 +30,14 @@ from rl_moe.algos.guard import NonFiniteError, diagnose
 from rl_moe.continual import rng
 from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.continual.config import RunConfig
-from rl_moe.continual.envs import EnvFactory, make_vec_env, task_factories
-from rl_moe.continual.errors import DivergedError
 from rl_moe.continual.evaluation import EvalEnvs, EvalPoint, EvalResult, PeriodicEval, append_point, evaluate, fix_mmap_threshold, release_memory
 from rl_moe.continual.probe_states import default_probe_policy, load_or_collect, make_probe_callback, probe_factories
-from rl_moe.continual.families import get_family
 from rl_moe.continual.progress import ProgressLine
 from rl_moe.continual.resolve import suite_of
-from rl_moe.continual.stages import EpisodeStages
+from rl_moe.envs.factories import EnvFactory, make_vec_env, task_factories
+from rl_moe.envs.families import get_family
+from rl_moe.envs.stages import EpisodeStages
+from rl_moe.errors import DivergedError
 from rl_moe.continual.results import (
     Results,
     load_regularizer_state,
@@ -180,8 +180,8 @@ class ContinualScheduler:
         # only if the interrupted run got to log it (an interruption before it leaves a gap).
         started = res.finished_tasks > 0 and logged_at(str(self.files.tb), "eval/success", res.global_step)
         self._resumed_at = res.finished_tasks if started else None
-        purge = None if fresh else (0 if res.finished_tasks == 0 else res.global_step + 1)
-        self.logger = tensorboard_logger(str(self.files.tb), purge)
+        # The range this run trains again leaves the event files at the first write.
+        self.logger = tensorboard_logger(str(self.files.tb), None if fresh else (0 if res.finished_tasks == 0 else res.global_step + 1))
         if res.finished_tasks == 0:
             _log_config_table(self.logger, cfg)
         try:

@@ -41,8 +41,8 @@ from rl_moe.diagnostics.spectral import (
     sdmoe_metrics,
     top_basis,
 )
-from rl_moe.diagnostics.ssmoe import ev_embeddings, ssmoe_metrics, topk_overlap
 from rl_moe.diagnostics.groups import ENTK_METHODS, entk_rank, ntk_effective_rank
+from rl_moe.diagnostics.ssmoe import ev_embeddings, ssmoe_metrics, topk_overlap
 from rl_moe.diagnostics.views import NetView, SequentialAsMoE, actor_view, critic_view
 
 __all__ = [

@@ -15,13 +15,13 @@ from rl_moe.nn.moe import (
     width_multiplier_for_params,
 )
 from rl_moe.nn.build import NETWORKS, build_network
-from rl_moe.nn.gate import GateMLP
-from rl_moe.nn.parts import MoENetwork, NetworkParts
 from rl_moe.nn.companions import EVRerouted, SDMoE, SSMoE
 from rl_moe.nn.dsc import DSCNet
+from rl_moe.nn.gate import GateMLP
+from rl_moe.nn.parts import MoENetwork, NetworkParts
+from rl_moe.nn.routing import ROUTERS, Dispatch, Routing, make_dispatch, static_dispatch
 from rl_moe.nn.sdmoe import SpectralExperts
 from rl_moe.nn.specnorm import StackedSpectralNorm, WeightRef, apply_spectral_norm, hidden_weights, spectral_normalize, track_in_eval
-from rl_moe.nn.routing import ROUTERS, Dispatch, Routing, make_dispatch, static_dispatch
 from rl_moe.nn.static import static_shapes, static_shapes_enabled
 
 __all__ = [

@@ -106,7 +106,7 @@ class SphereConfig:
 def sphere_config(**overrides: Any) -> SphereConfig:
     """The default config (the paper's MetaWorld setup) with ``overrides`` applied; an unknown
     option is a ``ValueError`` naming the valid ones. Per-suite values (HumanoidBench's rho=1e-3)
-    live in the suite files (``rl_moe/continual/suites/*.json``, ``regularizers.sphere``)."""
+    live in the suite files (``envs/suites/*.json``, ``regularizers.sphere``)."""
     return build_config(SphereConfig, None, overrides, "SPHERE")
 
 
@@ -278,9 +278,11 @@ class Sphere(Regularizer):
         return dict(self._last)
 
     def state_dict(self, policy: Any) -> dict[str, Any]:
-        # The call count drives rank_every and ratio_every; the ratios are reused in between.
-        return {"calls": self._calls, "ratios": {k: float(v) for k, v in self._ratios.items()}}
+        # The call count drives rank_every and ratio_every; the ratios are reused in between; the
+        # last logged rank is logged again until the next sampled call, resumed or not.
+        return {"calls": self._calls, "ratios": {k: float(v) for k, v in self._ratios.items()}, "last": {k: float(v) for k, v in self._last.items()}}
 
     def load_state_dict(self, state: dict[str, Any], policy: Any) -> None:
         self._calls = int(state["calls"])
         self._ratios = {str(k): float(v) for k, v in state["ratios"].items()}
+        self._last = {str(k): float(v) for k, v in state.get("last", {}).items()}

@@ -8,6 +8,8 @@ from typing import NamedTuple
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from rl_moe.tblog import quiet_tensorboard
+
 EVENT_GLOB = "events.out.tfevents.*"
 #: Core plasticity tags (docs/metrics.md), plotted by default.
 PLASTICITY_TAGS = (
@@ -68,7 +70,8 @@ def load_scalars(run_dir: Path, prefixes: tuple[str, ...] = ("plasticity/", "eva
     merged: dict[str, dict[int, float]] = {}
     for folder in event_dirs(run_dir):
         acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-        acc.Reload()
+        with quiet_tensorboard():
+            acc.Reload()
         for tag in acc.Tags().get("scalars", []):
             if not tag.startswith(prefixes):
                 continue

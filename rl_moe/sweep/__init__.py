@@ -39,8 +39,8 @@ from pathlib import Path
 
 from rl_moe import crl
 from rl_moe.cli import EXIT_INTERRUPTED, EXIT_USAGE, UsageParser
-from rl_moe.continual.errors import UsageError
 from rl_moe.continual.learners import LEARNERS
+from rl_moe.errors import UsageError
 from rl_moe.runlock import Holder, lock_holder
 from rl_moe.sweep.backends import (
     LocalPlan, Outcomes, RayOptions, check_parallel, local_slots, pin_gpu, plan_local, ray_available, run_local,

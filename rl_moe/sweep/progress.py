@@ -22,6 +22,7 @@ from rl_moe.continual.progress import hms
 from rl_moe.rundir import RunDir
 from rl_moe.runlock import lock_holder
 from rl_moe.sweep.trials import Trial, trained_steps
+from rl_moe.tblog import quiet_tensorboard
 
 
 def live_steps(run_dir: Path) -> int:
@@ -31,7 +32,8 @@ def live_steps(run_dir: Path) -> int:
     tb = RunDir(run_dir).tb
     if any(tb.glob("events.*")):
         acc = EventAccumulator(str(tb), size_guidance={"scalars": 1})  # keeps each tag's last point
-        acc.Reload()
+        with quiet_tensorboard():
+            acc.Reload()
         steps = max([steps, *(acc.Scalars(tag)[-1].step for tag in acc.Tags()["scalars"] if tag.startswith(("time/", "rollout/")))])
     return steps
 

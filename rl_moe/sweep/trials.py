@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
 
-from rl_moe.continual.envs import resolve_vec_env_type
-from rl_moe.continual.errors import UsageError
-from rl_moe.continual.suites import load_suite
+from rl_moe.envs.factories import resolve_vec_env_type
+from rl_moe.envs.suites import load_suite
+from rl_moe.errors import UsageError
 from rl_moe.rundir import RunDir
 
 

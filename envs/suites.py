@@ -1,7 +1,7 @@
 """Continual task suites: JSON data files loaded into frozen dataclasses.
 
 The built-in suites (``cw10``, ``cw20``, ``hb5``, ``smoke``) ship inside the package in
-``rl_moe/continual/suites/*.json``. A path to any JSON file with the same schema loads a user suite.
+``envs/suites/*.json``. A path to any JSON file with the same schema loads a user suite.
 """
 
 from __future__ import annotations
@@ -13,16 +13,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rl_moe.continual.config import EvalSettings, NetSettings
-from rl_moe.continual.errors import UsageError
-from rl_moe.continual.families import FAMILIES
-from rl_moe.continual.suite_spec import SUCCESS_TYPES, Suite, TaskSpec
+from rl_moe.envs.families import FAMILIES, load_family_module
+from rl_moe.envs.suite_spec import SUCCESS_TYPES, Suite, TaskSpec
+from rl_moe.errors import UsageError, check_keys
 
 __all__ = ["SUCCESS_TYPES", "Suite", "TaskSpec", "builtin_suites", "load_suite", "net_flags", "suite_from_dict"]
 
 def builtin_suites() -> tuple[str, ...]:
     """Names of the suites shipped with the package."""
-    folder = resources.files("rl_moe.continual") / "suites"
+    folder = resources.files("rl_moe.envs") / "suites"
     return tuple(sorted(p.name[: -len(".json")] for p in folder.iterdir() if p.name.endswith(".json")))
 
 
@@ -67,25 +66,30 @@ def net_flags(net: Mapping[str, Any], section: str = "net") -> list[str]:
     return [f"{section}.{key}={text(value)}" for key, value in net.items()]
 
 
-def _check_net_defaults(net: Mapping[str, Any], where: str) -> None:
-    """Names only: values are parsed with the run's other settings (:func:`net_flags`)."""
-    # The method picks the network kind; a suite choosing it would silently override --method.
-    valid = [f.name for f in dataclasses.fields(NetSettings) if f.name != "kind"]
-    unknown = [k for k in net if k not in valid]
-    if unknown:
-        raise UsageError(f"suite{where}: unknown net setting {unknown[0]!r}; valid choices: {', '.join(valid)}")
+#: Top-level keys of a suite file (``probe_task``: files written before ``probe_tasks``).
+SUITE_KEYS: tuple[str, ...] = (
+    "name", "description", "family", "family_module", "steps_per_task", "episode_length", "success", "task_defaults",
+    "probe_tasks", "probe_task", "presets", "regularizers", "net", "eval", "tasks",
+)  # fmt: skip
+#: Keys of a suite's ``success`` object.
+SUCCESS_KEYS: tuple[str, ...] = ("type",)
 
 
-def _check_eval_defaults(settings: Mapping[str, Any], where: str) -> None:
-    valid = [f.name for f in dataclasses.fields(EvalSettings)]
-    unknown = [k for k in settings if k not in valid]
-    if unknown:
-        raise UsageError(f"suite{where}: unknown eval setting {unknown[0]!r}; valid choices: {', '.join(valid)}")
+def _check_fields(suite: Suite, where: str) -> None:
+    """Each task's own fields are ones its family reads (``name``, ``success_bar`` and the
+    family's :attr:`~rl_moe.envs.families.EnvFamily.task_fields`)."""
+    family = FAMILIES[suite.family]
+    for t in (*suite.tasks, *suite.probe_tasks):
+        check_keys(t.params, ("name", "success_bar", *family.task_fields), "field", f" of {family.name} task {t.name!r}{where}")
 
 
 def suite_from_dict(data: Mapping[str, Any], source: str = "") -> Suite:
     """Validate and build a :class:`Suite`; raises :class:`UsageError` naming the bad field."""
     where = f" in {source}" if source else ""
+    if isinstance(data, Mapping):
+        check_keys(data, SUITE_KEYS, "suite key", where)
+        if isinstance(data.get("success"), Mapping):
+            check_keys(data["success"], SUCCESS_KEYS, "key", f" of success{where}")
     try:
         family = data["family"]
         defaults = dict(data.get("task_defaults", {}))
@@ -104,6 +108,7 @@ def suite_from_dict(data: Mapping[str, Any], source: str = "") -> Suite:
             regularizers={k: dict(v) for k, v in data.get("regularizers", {}).items()},
             net=dict(data.get("net", {})),
             eval=dict(data.get("eval", {})),
+            family_module=str(data.get("family_module", "")),
             description=str(data.get("description", "")),
             source=source,
         )
@@ -114,8 +119,11 @@ def suite_from_dict(data: Mapping[str, Any], source: str = "") -> Suite:
     # The name becomes a folder under --out: one plain path component, so no run lands outside it.
     if suite.name in ("", ".", "..") or any(c in suite.name for c in "/\\\0"):
         raise UsageError(f"suite name {suite.name!r}{where} must be one folder name (no '/', '\\', '.' or '..')")
+    if suite.family_module and suite.family not in FAMILIES:
+        load_family_module(suite.family_module)
     if suite.family not in FAMILIES:
         raise UsageError(f"unknown env family {suite.family!r}{where}; valid choices: {', '.join(FAMILIES)}")
+    _check_fields(suite, where)
     if suite.success_type not in SUCCESS_TYPES:
         raise UsageError(f"unknown success type {suite.success_type!r}{where}; valid choices: {', '.join(SUCCESS_TYPES)}")
     if not suite.tasks:
@@ -126,8 +134,6 @@ def suite_from_dict(data: Mapping[str, Any], source: str = "") -> Suite:
         missing = [t.name for t in (*suite.tasks, *suite.probe_tasks) if t.success_bar is None]
         if missing:
             raise UsageError(f"suite{where} uses return success but tasks {missing} have no success_bar")
-    _check_net_defaults(suite.net, where)
-    _check_eval_defaults(suite.eval, where)
     if not suite.probe_tasks:
         raise UsageError(f"suite{where}: probe_tasks is empty; name at least one held-out task")
     inside = [t.name for t in suite.probe_tasks if t.name in suite.task_names]
@@ -143,7 +149,7 @@ def load_suite(name_or_path: str) -> Suite:
     """
     names = builtin_suites()
     if name_or_path in names:
-        ref = resources.files("rl_moe.continual") / "suites" / f"{name_or_path}.json"
+        ref = resources.files("rl_moe.envs") / "suites" / f"{name_or_path}.json"
         return suite_from_dict(json.loads(ref.read_text()), source=f"builtin:{name_or_path}")
     path = Path(name_or_path)
     if not path.is_file():

@@ -18,7 +18,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 class EpisodeStages(BaseCallback):
     """Log the mean of ``keys`` from the last ``info`` of every episode finished in a rollout.
 
-    :param keys: numeric info keys (a family's :attr:`~rl_moe.continual.families.EnvFamily.stage_keys`)
+    :param keys: numeric info keys (a family's :attr:`~rl_moe.envs.families.EnvFamily.stage_keys`)
     """
 
     def __init__(self, keys: tuple[str, ...]) -> None:

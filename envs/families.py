@@ -2,7 +2,8 @@
 checked and reseeded, whether it is installed, and its scripted experts.
 
 A suite names its family; nothing else in the package branches on a family's name. Adding one
-is an entry here plus a suite file (docs/contributing.md, "Adding an env family").
+is an entry here (or a module of its own calling :func:`register_family`) plus a suite file
+(docs/contributing.md, "Adding a task family").
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from typing import Any
 
 import gymnasium as gym
 
-from rl_moe.continual.envpool_env import ENVPOOL_MISMATCHED, ENVPOOL_VERIFIED, EnvPoolMetaWorld, official_observation_space
-from rl_moe.continual.errors import MissingDependencyError, UsageError
-from rl_moe.continual.suite_spec import Suite, TaskSpec
-from rl_moe.continual.wrappers import PermuteObsFlipAction
+from rl_moe.envs.envpool_env import ENVPOOL_MISMATCHED, ENVPOOL_VERIFIED, EnvPoolMetaWorld, official_observation_space
+from rl_moe.envs.suite_spec import Suite, TaskSpec
+from rl_moe.envs.wrappers import PermuteObsFlipAction
+from rl_moe.errors import MissingDependencyError, UsageError
 
 #: A scripted policy: ``get_action(obs) -> action`` (MetaWorld's policy classes have this shape).
 Expert = Any
@@ -56,7 +57,9 @@ class EnvFamily:
         a one-line reason for a task it does not serve faithfully (the official envs then serve
         it); None where the family has no native backend
     :param stage_keys: numeric ``info`` keys logged at episode ends as ``rollout/final_<key>``
-        (:mod:`rl_moe.continual.stages`): the stages a task's reward is built from
+        (:mod:`rl_moe.envs.stages`): the stages a task's reward is built from
+    :param task_fields: the fields a suite's task may carry besides ``name`` and ``success_bar``
+        (they reach ``make`` as ``task.params``); any other field is refused with exit code 2
     """
 
     name: str
@@ -67,6 +70,7 @@ class EnvFamily:
     expert: Callable[[str], Expert] | None = None
     pool: Callable[[TaskSpec, list[int], int, int], Any] | None = None
     stage_keys: tuple[str, ...] = ()
+    task_fields: tuple[str, ...] = ()
 
 
 # ---- MetaWorld ---------------------------------------------------------------------------------
@@ -125,12 +129,6 @@ def _check_metaworld_tasks(suite: Suite) -> None:
     for t in (*suite.tasks, *suite.probe_tasks):
         if t.name not in valid:
             raise UsageError(f"unknown MetaWorld task {t.name!r} in suite {suite.name!r}; valid choices: {', '.join(valid)}")
-        unknown = [k for k in t.params if k not in METAWORLD_TASK_FIELDS]
-        if unknown:
-            raise UsageError(
-                f"unknown field {unknown[0]!r} of MetaWorld task {t.name!r} in suite {suite.name!r}; "
-                f"valid choices: name, success_bar, {', '.join(METAWORLD_TASK_FIELDS)}"
-            )
         if metaworld_reward_version(t) not in METAWORLD_REWARD_VERSIONS:
             raise UsageError(
                 f"unknown reward_version {t.params['reward_version']!r} of MetaWorld task {t.name!r}; "
@@ -172,7 +170,7 @@ def _metaworld_pool(task: TaskSpec, seeds: list[int], episode_length: int, threa
     if task.name in ENVPOOL_MISMATCHED:
         return ENVPOOL_MISMATCHED[task.name]
     if task.name not in ENVPOOL_VERIFIED:
-        return "it has not been checked against the official env (rl_moe.continual.backend_check)"
+        return "it has not been checked against the official env (rl_moe.envs.backend_check)"
     version = metaworld_reward_version(task)
     if version != METAWORLD_REWARD_VERSIONS[0]:
         return f"EnvPool computes MetaWorld's default reward only, not reward_version {version!r}"
@@ -183,7 +181,7 @@ def _metaworld_pool(task: TaskSpec, seeds: list[int], episode_length: int, threa
 
 # ---- HumanoidBench -----------------------------------------------------------------------------
 def _make_humanoidbench(task: TaskSpec, seed: int) -> gym.Env:
-    from rl_moe.continual.humanoidbench import make_h1  # lazy: imports the optional HumanoidBench stack
+    from rl_moe.envs.humanoidbench import make_h1  # lazy: imports the optional HumanoidBench stack
 
     env = make_h1(task.name)
     env.reset(seed=seed)
@@ -191,12 +189,16 @@ def _make_humanoidbench(task: TaskSpec, seed: int) -> gym.Env:
 
 
 def _check_humanoidbench_available() -> None:
-    from rl_moe.continual.humanoidbench import check_available  # lazy: imports the optional HumanoidBench stack
+    from rl_moe.envs.humanoidbench import check_available  # lazy: imports the optional HumanoidBench stack
 
     check_available()
 
 
 # ---- smoke: Pendulum with permuted observations and flipped actions ------------------------------
+#: Smoke task fields besides ``name`` and ``success_bar``.
+SMOKE_TASK_FIELDS: tuple[str, ...] = ("env_id", "permutation", "action_sign")
+
+
 def _make_smoke(task: TaskSpec, seed: int) -> gym.Env:
     env = gym.make(str(task.params.get("env_id", "Pendulum-v1")), disable_env_checker=True)
     env = PermuteObsFlipAction(env, task.params.get("permutation", (0, 1, 2)), float(task.params.get("action_sign", 1.0)))
@@ -222,18 +224,38 @@ FAMILIES: dict[str, EnvFamily] = {
         name="metaworld", make=_make_metaworld, reseed=_reseed_metaworld, check_tasks=_check_metaworld_tasks,
         check_available=_check_metaworld_available, expert=metaworld_expert, pool=_metaworld_pool,
         stage_keys=("near_object", "grasp_success", "grasp_reward", "in_place_reward", "obj_to_target"),
+        task_fields=METAWORLD_TASK_FIELDS,
     ),
     "humanoidbench": EnvFamily(
         name="humanoidbench", make=_make_humanoidbench, check_available=_check_humanoidbench_available,
     ),
     "smoke": EnvFamily(
-        name="smoke", make=_make_smoke, check_tasks=_check_smoke_tasks,
+        name="smoke", make=_make_smoke, check_tasks=_check_smoke_tasks, task_fields=SMOKE_TASK_FIELDS,
     ),
 }  # fmt: skip
 
 
-def get_family(name: str) -> EnvFamily:
-    """The spec of family ``name``; :class:`UsageError` names the valid choices."""
+def register_family(family: EnvFamily) -> EnvFamily:
+    """Add ``family`` to :data:`FAMILIES` (a family module outside the package calls this when it
+    is imported; a suite names that module in ``family_module``)."""
+    FAMILIES[family.name] = family
+    return family
+
+
+def load_family_module(module: str) -> None:
+    """Import a suite's ``family_module`` (it registers its family); :class:`UsageError` if it
+    cannot be imported."""
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise UsageError(f"cannot import family module {module!r} ({exc}); it must be importable, e.g. on PYTHONPATH") from None
+
+
+def get_family(name: str, module: str = "") -> EnvFamily:
+    """The spec of family ``name``, importing ``module`` first when the family is not registered
+    yet (a worker process of a user's family); :class:`UsageError` names the valid choices."""
+    if name not in FAMILIES and module:
+        load_family_module(module)
     if name not in FAMILIES:
         raise UsageError(f"unknown env family {name!r}; valid choices: {', '.join(FAMILIES)}")
     return FAMILIES[name]

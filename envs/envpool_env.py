@@ -2,7 +2,7 @@
 
 EnvPool (``pip install 'rl_moe[envpool]'``) steps MetaWorld's Sawyer tasks in C++ threads. This
 adapter makes it return what the official in-process envs return through
-:class:`~rl_moe.continual.envs.EnvFactory` (time limit, :class:`~rl_moe.continual.wrappers.InfoSuccess`,
+:class:`~rl_moe.envs.factories.EnvFactory` (time limit, :class:`~rl_moe.envs.wrappers.InfoSuccess`,
 SB3 ``Monitor``, ``DummyVecEnv``):
 
 - goal-observable observations (``partially_observable=False``) in the official env's
@@ -27,7 +27,7 @@ import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
-from rl_moe.continual.errors import MissingDependencyError
+from rl_moe.errors import MissingDependencyError
 
 #: What to type when the package is missing (the ``envpool`` extra pins a tested version).
 INSTALL_HINT = "pip install 'rl_moe[envpool]'  (or: pip install 'envpool>=1.2.4,<1.3')"

@@ -13,7 +13,7 @@ included, leaves out the package's ``envs/`` and ``dmc_deps/`` folders.
 Fixes applied on import: a stub ``jax`` when jax is absent (the H1 tasks never call it), the
 dm_control index tables of ``humanoid_bench.dmc_deps`` pointed at the installed dm_control
 (mujoco >= 3.3), ``render_mode=None`` (the default opens an OpenGL viewer), and a Python-bool
-``terminated`` (see :class:`rl_moe.continual.wrappers.ReturnSuccess`).
+``terminated`` (see :class:`rl_moe.envs.wrappers.ReturnSuccess`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from rl_moe.continual.errors import MissingDependencyError
+from rl_moe.errors import MissingDependencyError
 
 INSTALL_COMMAND = (
     "pip install dm_control imageio mujoco==3.3.0 && git clone https://github.com/carlosferrazza/humanoid-bench "

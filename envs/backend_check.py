@@ -7,7 +7,7 @@ reset, success at any step). ``tests/test_envpool.py`` compares EnvPool against 
 numbers stored in ``tests/data/cw10_expert_stats.json``; a slow test checks that file against the
 official envs, and this module rewrites it:
 
-    python -m rl_moe.continual.backend_check --out tests/data/cw10_expert_stats.json
+    python -m rl_moe.envs.backend_check --out tests/data/cw10_expert_stats.json
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnv
 
-from rl_moe.continual.envpool_env import EnvPoolMetaWorld, official_observation_space
-from rl_moe.continual.envs import make_vec_env, task_factories
-from rl_moe.continual.families import metaworld_expert
-from rl_moe.continual.suite_spec import Suite, TaskSpec
-from rl_moe.continual.suites import load_suite
+from rl_moe.envs.envpool_env import EnvPoolMetaWorld, official_observation_space
+from rl_moe.envs.factories import make_vec_env, task_factories
+from rl_moe.envs.families import metaworld_expert
+from rl_moe.envs.suite_spec import Suite, TaskSpec
+from rl_moe.envs.suites import load_suite
 
 #: Episodes per task, sub-envs and the seed of the first sub-env (the others follow it).
 N_EPISODES, N_ENVS, SEED = 50, 10, 1000

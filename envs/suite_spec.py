@@ -1,7 +1,7 @@
 """The data of a continual task suite: its tasks and protocol facts, as frozen dataclasses.
 
-Loading and validating suite files is :mod:`rl_moe.continual.suites`; the env families
-(:mod:`rl_moe.continual.families`) build envs from a :class:`TaskSpec` and check a :class:`Suite`.
+Loading and validating suite files is :mod:`rl_moe.envs.suites`; the env families
+(:mod:`rl_moe.envs.families`) build envs from a :class:`TaskSpec` and check a :class:`Suite`.
 Both import these types from here, below them.
 """
 
@@ -50,7 +50,7 @@ class Suite:
     """A task sequence with its protocol facts.
 
     :param name: suite name (``cw10``, ...)
-    :param family: env family, a key of :data:`~rl_moe.continual.families.FAMILIES`
+    :param family: env family, a key of :data:`~rl_moe.envs.families.FAMILIES`
     :param tasks: the tasks in training order
     :param probe_tasks: held-out tasks (outside the sequence) whose states form the probe batch, in
         equal shares; several tasks so that the batch spans what a policy of the suite meets
@@ -63,6 +63,8 @@ class Suite:
         e.g. Pendulum-sized layers for the smoke suite), applied before ``--preset`` and ``--set``
     :param eval: per-suite evaluation defaults (:class:`~rl_moe.continual.config.EvalSettings`
         fields, e.g. the paper protocol's ``positions``), applied like ``net``
+    :param family_module: a module to import before the family is looked up, which registers a
+        family of the user's (:func:`~rl_moe.envs.families.register_family`); empty for built-ins
     :param description: one line for ``--help`` and the docs
     :param source: where the suite was loaded from
     """
@@ -78,6 +80,7 @@ class Suite:
     regularizers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     net: Mapping[str, Any] = field(default_factory=dict)
     eval: Mapping[str, Any] = field(default_factory=dict)
+    family_module: str = ""
     description: str = ""
     source: str = ""
 
@@ -90,6 +93,7 @@ class Suite:
             "name": self.name,
             "description": self.description,
             "family": self.family,
+            **({"family_module": self.family_module} if self.family_module else {}),
             "steps_per_task": self.steps_per_task,
             "episode_length": self.episode_length,
             "success": {"type": self.success_type},

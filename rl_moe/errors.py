@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -23,6 +25,19 @@ def check_choice(value: str, valid: tuple[str, ...], what: str) -> str:
     if value not in valid:
         raise UsageError(f"unknown {what} {value!r}; valid choices: {', '.join(valid)}")
     return value
+
+
+def check_keys(given: Iterable[str], valid: Iterable[str], what: str, where: str = "") -> None:
+    """Every key of ``given`` is one of ``valid``, else a :class:`UsageError` naming the first
+    unknown key, the nearest valid one and the choices (a misspelt optional key must not be
+    ignored silently)."""
+    valid = tuple(valid)
+    unknown = [k for k in given if k not in valid]
+    if not unknown:
+        return
+    near = difflib.get_close_matches(unknown[0], valid, n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    raise UsageError(f"unknown {what} {unknown[0]!r}{where}{hint}; valid choices: {', '.join(valid) or 'none'}")
 
 
 def check_positive(section: str, obj: Any, names: tuple[str, ...], allow_zero: tuple[str, ...] = ()) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from rl_moe.continual.errors import UsageError
+from rl_moe.errors import UsageError
 
 #: Torch threads under ``--threads auto`` with EnvPool: 2 beat 1 by 1.2-1.3x on the 2-core
 #: machine (the MoE update is the larger part of a PPO iteration there).

@@ -2,7 +2,7 @@
 
 A factory is a picklable :class:`EnvFactory` (so ``SubprocVecEnv`` can ship it to workers under
 spawn/forkserver); it builds the raw env through its family's spec
-(:data:`rl_moe.continual.families.FAMILIES`), then adds the time limit, the success wrapper and
+(:data:`rl_moe.envs.families.FAMILIES`), then adds the time limit, the success wrapper and
 SB3's ``Monitor``.
 """
 
@@ -17,18 +17,18 @@ from gymnasium.wrappers import TimeLimit
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
-from rl_moe.continual import envpool_env
-from rl_moe.continual.errors import UsageError
-from rl_moe.continual.families import FAMILIES
-from rl_moe.continual.suite_spec import Suite, TaskSpec
-from rl_moe.continual.wrappers import InfoSuccess, ReturnSuccess
+from rl_moe.envs import envpool_env
+from rl_moe.envs.families import FAMILIES, get_family
+from rl_moe.envs.suite_spec import Suite, TaskSpec
+from rl_moe.envs.wrappers import InfoSuccess, ReturnSuccess
+from rl_moe.errors import UsageError
 
 #: ``--vec-env`` choices; ``auto`` picks EnvPool where the family has it and it is installed,
 #: else by core count.
 VEC_ENV_TYPES: tuple[str, ...] = ("auto", "dummy", "subproc", "envpool")
 
 #: Worker threads of a native pool (``--vec-env envpool``); set once per process by the CLI, like
-#: torch's thread count, from ``--threads`` (see :func:`rl_moe.continual.threads.split_threads`).
+#: torch's thread count, from ``--threads`` (see :func:`rl_moe.envs.threads.split_threads`).
 _POOL_THREADS = [1]
 
 
@@ -46,11 +46,13 @@ def pool_threads() -> int:
 class EnvFactory:
     """Builds one wrapped env of a suite task.
 
-    :param family: suite family (key of :data:`~rl_moe.continual.families.FAMILIES`)
+    :param family: suite family (key of :data:`~rl_moe.envs.families.FAMILIES`)
     :param task: the task
     :param episode_length: time limit in steps
-    :param success_type: ``info`` or ``return`` (see :mod:`rl_moe.continual.wrappers`)
+    :param success_type: ``info`` or ``return`` (see :mod:`rl_moe.envs.wrappers`)
     :param seed: env seed (MetaWorld takes it at construction; it ignores ``reset(seed=)``)
+    :param family_module: the module that registers ``family`` when it is not a built-in one
+        (imported where the factory is called: a worker process starts without it)
     """
 
     family: str
@@ -58,9 +60,10 @@ class EnvFactory:
     episode_length: int
     success_type: str
     seed: int
+    family_module: str = ""
 
     def __call__(self) -> gym.Env:
-        env = FAMILIES[self.family].make(self.task, self.seed)
+        env = get_family(self.family, self.family_module).make(self.task, self.seed)
         env = TimeLimit(env, max_episode_steps=self.episode_length)
         if self.success_type == "info":
             env = InfoSuccess(env)
@@ -72,12 +75,12 @@ class EnvFactory:
         """Return an env this factory built to the random state it was built with (evaluation
         envs are built once per task and reused: fresh MetaWorld envs cost ~50 MB of memory per
         task that was never returned)."""
-        FAMILIES[self.family].reseed(env, self.seed)
+        get_family(self.family, self.family_module).reseed(env, self.seed)
 
 
 def task_factories(suite: Suite, task: TaskSpec, n_envs: int, seed: int) -> list[EnvFactory]:
     """One factory per sub-env, seeds ``seed, seed+1, ...``."""
-    return [EnvFactory(suite.family, task, suite.episode_length, suite.success_type, seed + i) for i in range(n_envs)]
+    return [EnvFactory(suite.family, task, suite.episode_length, suite.success_type, seed + i, suite.family_module) for i in range(n_envs)]
 
 
 _FELL_BACK: set[str] = set()
