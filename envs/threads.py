@@ -6,18 +6,30 @@ run that may use N cores gives both N threads and never has more than N threads 
 
 - ``--threads N``: the run uses N cores: torch gets N threads, an EnvPool backend N workers (at
   most one per env). The sweep passes ``--threads`` = its ``--cpus-per-trial`` (default 1).
-- ``--threads auto`` (the CLI default), for a run that has the machine: with EnvPool, torch gets
-  :data:`AUTO_TORCH_THREADS` threads (at most the cores) and the pool every core (at most one per
-  env); with the official envs, which step in Python's own thread, torch gets 1.
+- ``--threads auto`` (the CLI default): torch gets 1 thread for every task that steps on the
+  official envs (they step in Python's own thread), also in a run whose other tasks use EnvPool.
+  On a task that steps on EnvPool, torch gets :data:`AUTO_TORCH_THREADS` threads while the cores
+  other processes keep busy (the 1-minute load average less this process's own share) leave that
+  many free, else 1, checked again before every rollout; the pool gets every core (at most one
+  per env). An ``OMP_NUM_THREADS`` the user set is kept as torch's thread count; ``--threads N``
+  that differs from it says so in one line.
 
-Measured on the 2-core machine (benchmarks/README.md, "Env backends and threads"): with EnvPool,
-two torch threads and two pool workers ran a whole CW10 PPO run 1.34x as fast as today's default
-(official envs, 1 thread); one and one, 1.19x.
+Why: two OpenMP threads on two cores that another process also wants wait on each other at
+every parallel region; a CLI run beside other jobs took 18x as long with 2 torch threads as with 1
+(issue notes in benchmarks/README.md, "Threads under load"). On an idle machine, with EnvPool, two
+torch threads and two pool workers ran a whole CW10 PPO run 1.34x as fast as the official envs on
+1 thread; one and one, 1.19x.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
 
 from rl_moe.errors import UsageError
 
@@ -62,3 +74,124 @@ def split_threads(torch_threads: int | None, vec_env: str, n_envs: int, cores: i
     else:
         torch_n = budget = torch_threads
     return torch_n, max(1, min(n_envs, budget)) if native else 0
+
+
+def busy_cores() -> float:
+    """Cores kept busy, by the 1-minute load average (0 where the OS has none)."""
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):  # not Unix
+        return 0.0
+
+
+def auto_torch_threads(cores: int, others: float) -> int:
+    """Torch threads for a task on a native pool: :data:`AUTO_TORCH_THREADS` when ``cores`` less
+    the ``others`` busy ones leave that many free, else 1."""
+    free = cores - max(0.0, others)
+    return max(1, min(AUTO_TORCH_THREADS, cores)) if free >= AUTO_TORCH_THREADS - 0.5 else 1
+
+
+@dataclass
+class ThreadPlan:
+    """The torch threads of one run (``--threads``), per backend of the current task.
+
+    :param auto: ``--threads auto``: choose per task and per update (module docstring)
+    :param fixed: torch threads when not ``auto`` (``--threads N`` or the user's ``OMP_NUM_THREADS``)
+    :param cores: CPUs this process may run on
+    """
+
+    auto: bool
+    fixed: int = 1
+    cores: int = 1
+
+    def for_task(self, native: bool, others: float | None = None) -> int:
+        """Torch threads for a task stepping on a native pool (``native``) or the official envs."""
+        if not self.auto:
+            return self.fixed
+        if not native:
+            return 1
+        return auto_torch_threads(self.cores, busy_cores() if others is None else others)
+
+
+def thread_plan(torch_threads: int | None, env: Mapping[str, str] | None = None, cores: int | None = None) -> tuple[ThreadPlan, str | None]:
+    """The run's :class:`ThreadPlan` and a one-line note when ``--threads N`` overrides the user's
+    ``OMP_NUM_THREADS`` (None otherwise; ``auto`` keeps it).
+
+    :param torch_threads: ``--threads`` as parsed (None: auto)
+    :param env: the environment (default: this process's)
+    """
+    env = os.environ if env is None else env
+    cores = available_cores() if cores is None else cores
+    omp = env.get("OMP_NUM_THREADS", "").strip()
+    user = int(omp) if omp.isdigit() and int(omp) > 0 else None
+    if torch_threads is None and user is not None:  # kept, not overridden: nothing to say
+        return ThreadPlan(False, user, cores), None
+    if torch_threads is None:
+        return ThreadPlan(True, 1, cores), None
+    note = f"note: --threads {torch_threads} overrides OMP_NUM_THREADS={user} for torch" if user is not None and user != torch_threads else None
+    return ThreadPlan(False, torch_threads, cores), note
+
+
+class LoadWatch:
+    """This process's share of the load average, from its CPU time between two calls, so that
+    :meth:`others` estimates the cores other processes keep busy."""
+
+    def __init__(self) -> None:
+        self._cpu, self._wall = self._now()
+
+    @staticmethod
+    def _now() -> tuple[float, float]:
+        t = os.times()
+        return t.user + t.system, time.monotonic()
+
+    def others(self) -> float:
+        cpu, wall = self._now()
+        own = (cpu - self._cpu) / max(wall - self._wall, 1e-6)
+        self._cpu, self._wall = cpu, wall
+        return max(0.0, busy_cores() - own)
+
+
+#: The running process's plan (set by the CLI; tests and library use keep one fixed thread count).
+_PLAN = [ThreadPlan(False, 0)]
+
+
+def set_thread_plan(plan: ThreadPlan) -> None:
+    _PLAN[0] = plan
+
+
+def current_plan() -> ThreadPlan:
+    """The plan :func:`set_thread_plan` set; by default one that leaves torch's threads alone
+    (``fixed`` 0)."""
+    return _PLAN[0]
+
+
+#: One per process: its own share is measured from one check to the next, across tasks.
+_WATCH = LoadWatch()
+
+
+class ThreadGovernor(BaseCallback):
+    """Sets torch's threads for a task by the run's plan: at the task's start, and under ``auto``
+    on a native pool again before every rollout (a process that started beside the run takes
+    the second thread back within a minute of load average).
+
+    :param plan: the run's plan
+    :param native: the task steps on a native pool (EnvPool), not the official envs
+    """
+
+    def __init__(self, plan: ThreadPlan, native: bool) -> None:
+        super().__init__()
+        self.plan, self.native = plan, native
+
+    def _set(self, n: int) -> None:
+        if n > 0 and torch.get_num_threads() != n:
+            torch.set_num_threads(n)
+
+    def _on_training_start(self) -> None:
+        self._set(self.plan.for_task(self.native, _WATCH.others() if self.plan.auto and self.native else None))
+
+    def _on_rollout_start(self) -> None:
+        if self.plan.auto and self.native:
+            self._set(self.plan.for_task(True, _WATCH.others()))
+
+    def _on_step(self) -> bool:
+        return True

@@ -50,7 +50,7 @@ from rl_moe.continual.resume import check_flags_match, check_resumable, load_run
 from rl_moe.continual.scheduler import ContinualScheduler  # noqa: E402
 from rl_moe.envs.factories import set_pool_threads  # noqa: E402
 from rl_moe.envs.suites import builtin_suites  # noqa: E402
-from rl_moe.envs.threads import parse_threads, split_threads  # noqa: E402
+from rl_moe.envs.threads import parse_threads, set_thread_plan, split_threads, thread_plan  # noqa: E402
 from rl_moe.errors import DivergedError, UsageError  # noqa: E402
 from rl_moe.errors import check_choice  # noqa: E402
 from rl_moe.rundir import RunDir, check_writable_folder  # noqa: E402
@@ -86,7 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a config field: net.hidden=32,32  ppo.n_steps=64  eval.n_episodes=2  reg.sphere.rho=0.01 "
         "(also on --resume: the run continues with the changed setting)",
     )  # fmt: skip
-    p.add_argument("--threads", default="auto", help="torch CPU threads, or auto (default: 1 on 2 cores; EnvPool gets the rest)")
+    p.add_argument(
+        "--threads", default="auto",
+        help="torch CPU threads, or auto (default): 1 on the official envs; on EnvPool 2 while the load average leaves 2 cores free, "
+        "else 1, checked before every rollout; EnvPool's workers get every core. A set OMP_NUM_THREADS is kept under auto",
+    )  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     p.add_argument("--list", action="store_true", help="list suites and methods, then exit")
     return p
@@ -188,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run {run_dir} is already complete; nothing to do{ignored}")
         return 0
     try:
-        threads = split_threads(parse_threads(args.threads), cfg.vec_env, cfg.learner_settings.n_envs)
+        asked = parse_threads(args.threads)
+        plan, note = thread_plan(asked)
+        threads = split_threads(asked, cfg.vec_env, cfg.learner_settings.n_envs)
     except UsageError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE
@@ -199,7 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE
 
-    torch.set_num_threads(threads[0])
+    if note is not None:
+        sys.stderr.write(note + "\n")
+    set_thread_plan(plan)
+    torch.set_num_threads(plan.for_task(native=cfg.vec_env == "envpool"))
     set_pool_threads(threads[1])
 
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -136,9 +136,10 @@ def test_progress_line_draws_bar_counts_and_newline() -> None:
 
     out = io.StringIO()
     line = ProgressLine("[task 1/2 a]", task_start=1000, task_steps=200, stream=out, interval=0.0)
+    line.model = None  # type: ignore[assignment]  # SB3 sets it in init_callback
     line.num_timesteps = 1000
     line._on_training_start()
-    assert out.getvalue().endswith("ETA ?")  # nothing done yet: no rate, no ETA
+    assert out.getvalue().rstrip().endswith("ETA ?")  # nothing done yet: no rate, no ETA
     line.num_timesteps = 1050
     line._on_step()
     last = out.getvalue().split("\r")[-1]
@@ -189,4 +190,29 @@ def test_progress_eta_before_the_first_cycle_uses_the_previous_task_rate(monkeyp
         line.num_timesteps = 150  # 50 rollout steps in 1 s: 50 steps/s, not the cycle's 10
         line._on_step()
         assert line.eta_seconds() == pytest.approx(expected, nan_ok=True)
-        assert out.getvalue().endswith("run ETA ?" if prior is None else "run ETA 0:08:15")
+        assert out.getvalue().rstrip().endswith("run ETA ?" if prior is None else "run ETA 0:08:15")
+
+
+def test_progress_line_shows_the_update_epoch_and_counts_the_end_of_task_work() -> None:
+    import io
+
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from rl_moe.algos import MoEPPO
+    from rl_moe.continual.progress import ProgressLine
+
+    class Recording(ProgressLine):
+        def on_epoch(self, epoch: int, n_epochs: int) -> None:
+            super().on_epoch(epoch, n_epochs)
+            shown.append(out.getvalue().split("\r")[-1].rstrip())
+
+    shown: list[str] = []
+    out = io.StringIO()
+    model = MoEPPO("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=1, seed=0), n_steps=64, batch_size=32, n_epochs=3, seed=0, device="cpu")
+    model.learn(128, callback=Recording("[task 1/2 a]", task_start=0, task_steps=128, stream=out, interval=60.0))
+    assert [line[-10:] for line in shown] == [f"update {k}/3" for k in (1, 2, 3, 1, 2, 3)]  # 2 updates x 3 epochs
+    assert model.on_epoch is None  # handed back at the end of training
+    assert "update" not in out.getvalue().split("\r")[-1]  # the final line shows no stale phase
+    timed = ProgressLine("[task 1/3 a]", task_start=0, task_steps=100, stream=io.StringIO(), later_steps=200, prior_rate=10.0, tail_seconds=7.0, later_tasks=2)
+    timed.num_timesteps = 50
+    assert timed.eta_seconds() == pytest.approx((50 + 200) / 10.0 + 7.0 * 3)

@@ -43,7 +43,7 @@ def make(task, seed):
     return env
 
 
-register_family(EnvFamily(name="toycar", make=make))
+register_family(EnvFamily(name="toycar", make=make, task_fields=("scale",)))
 '''
 
 

@@ -391,7 +391,7 @@ def test_progress_of_a_resumed_trial_counts_from_its_finished_tasks(tmp_path: Pa
     # the interrupted attempt's last step).
     from torch.utils.tensorboard import SummaryWriter
 
-    from rl_moe.sweep.progress import Heartbeat, snapshot
+    from rl_moe.sweep.progress import Heartbeat, TrialStates, snapshot
 
     cfg = SweepConfig(suites=("smoke",), methods=("topk",), out=tmp_path)
     (trial,) = grid(cfg)
@@ -400,7 +400,7 @@ def test_progress_of_a_resumed_trial_counts_from_its_finished_tasks(tmp_path: Pa
     with SummaryWriter(str(trial.run_dir / "tb"), filename_suffix=".a") as w:
         for step in (512, 1024, 1280, 1536):
             w.add_scalar("time/fps", 100.0, step)
-    heartbeat = Heartbeat([trial], set(), every=60.0)
+    heartbeat = Heartbeat([trial], TrialStates(), every=60.0)
     heartbeat.__enter__()
     heartbeat.__exit__()
     assert heartbeat.before == {trial.run_dir: 1024}
@@ -425,3 +425,16 @@ def test_a_trial_stopped_by_ctrl_c_stops_the_sweep(tmp_path: Path, backend: str)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(cfg, backend, runner, RayOptions(num_cpus=1))
     assert ran == [0]
+
+
+def test_progress_lines_count_launched_trials_as_running_and_returned_ones_as_done(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A trial runs from its launch, before its CLI takes the folder's lock (none here: the fake
+    runner never takes one), and is done as soon as it returns."""
+    cfg = SweepConfig(suites=("smoke",), methods=("topk",), seeds=(0, 1), out=tmp_path)
+    runner = SlowRunner(seconds=1.0)
+    run_sweep(cfg, "local", runner, RayOptions(num_cpus=2), progress_every=0.25)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("sweep: ") and "running" in ln]
+    assert lines, "no progress line"
+    assert all("0 done, 2 running, 0 queued" in ln or "done, 0 running, 0 queued" in ln for ln in lines), lines
+    assert any("0 done, 2 running, 0 queued" in ln for ln in lines)
+    assert not any("0 done, 0 running" in ln for ln in lines)

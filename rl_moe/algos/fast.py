@@ -185,6 +185,8 @@ class PPOUpdate:
         n_minibatches = 0
         last_epoch_batches = 0
         for epoch in range(algo.n_epochs):
+            if algo.on_epoch is not None:
+                algo.on_epoch(epoch, algo.n_epochs)
             self.kl.zero_()
             last_epoch_batches = 0
             for batch in self._minibatches():

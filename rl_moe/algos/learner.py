@@ -44,6 +44,7 @@ class PPOLearner(Protocol):
     vf_coef: float
     max_grad_norm: float
     grad_clip: str  # a key of rl_moe.algos.clipping.GRAD_CLIPS
+    on_epoch: Callable[[int, int], None] | None  # told (epoch, n_epochs) as each epoch begins
     target_kl: float | None
     normalize_advantage: bool
     use_sde: bool

@@ -7,6 +7,7 @@ Same update as stable-baselines3's PPO (Schulman et al. 2017, arXiv:1707.06347),
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any, Sequence
 
@@ -58,6 +59,8 @@ class MoEPPO(RegularizedMixin, PPO):
             raise ValueError(f"unknown grad_clip {grad_clip!r}; valid choices: {', '.join(GRAD_CLIPS)}")
         self.grad_clip = grad_clip
         self._clipper = GradClipper(grad_clip)
+        #: Called with (epoch, n_epochs) as each epoch of an update begins (a progress display).
+        self.on_epoch: Callable[[int, int], None] | None = None
         self.fast_update, self.cuda_graphs = fast_update, cuda_graphs
         self._update: PPOUpdate | None = None
         self._acting: GraphedActing | None = None
@@ -67,7 +70,7 @@ class MoEPPO(RegularizedMixin, PPO):
         super().__init__(policy, env, **kwargs)
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_update", "_acting", "_clipper"]
+        return [*super()._excluded_save_params(), "_update", "_acting", "_clipper", "on_epoch"]
 
     def clip_gradients(self) -> Tensor:
         """Clip the policy's gradients by ``grad_clip``; (2,) actor and critic norms before clipping."""

@@ -23,7 +23,7 @@ import torch
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Logger, TensorBoardOutputFormat
-from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecNormalize
 
 from rl_moe.algos.common import RegularizedMixin
 from rl_moe.algos.guard import NonFiniteError, diagnose
@@ -37,6 +37,7 @@ from rl_moe.continual.resolve import suite_of
 from rl_moe.envs.factories import EnvFactory, make_vec_env, task_factories
 from rl_moe.envs.families import get_family
 from rl_moe.envs.stages import EpisodeStages
+from rl_moe.envs.threads import ThreadGovernor, current_plan
 from rl_moe.errors import DivergedError
 from rl_moe.continual.results import (
     Results,
@@ -94,6 +95,7 @@ class ContinualScheduler:
         self._eval_envs: dict[tuple[int, bool | None], EvalEnvs] = {}
         self._task_seconds = float("nan")  # training time of the task being evaluated
         self._cycle_rate: float | None = None  # steps/s of the last task's rollout + update cycles (progress ETA)
+        self._tail_seconds = 0.0  # the last task's checkpoint and success-matrix time (progress ETA)
         self._resumed_at: int | None = None  # first task after a resume whose start eval is already logged
         # Generator states and counters at the last task boundary (see rl_moe.continual.rng).
         self._boundary_state: dict[str, Any] | None = None
@@ -275,6 +277,8 @@ class ContinualScheduler:
         curve = {"steps": [], "success": [], "return": []}
         every = max(1, cfg.steps_per_task // cfg.eval.evals_per_task)
         callbacks: list[BaseCallback] = [PeriodicEval(lambda: self._evaluate(i, cfg.eval.n_episodes), every, start + cfg.steps_per_task, curve, log_start=i != self._resumed_at)]
+        base = env.venv if isinstance(env, VecNormalize) else env
+        callbacks.append(ThreadGovernor(current_plan(), native=not isinstance(base, (DummyVecEnv, SubprocVecEnv))))
         stage_keys = get_family(self.suite.family).stage_keys
         if stage_keys:
             callbacks.append(EpisodeStages(stage_keys))
@@ -282,7 +286,10 @@ class ContinualScheduler:
             callbacks.append(make_probe_callback(self._probe_input(probe_states), cfg.probe.every or every, cfg.seed, cfg.probe))
         if self.progress:
             later = (len(self.tasks) - i - 1) * cfg.effective_steps_per_task
-            line = ProgressLine(f"[task {i + 1}/{len(self.tasks)} {task.name}]", start, cfg.effective_steps_per_task, later_steps=later, prior_rate=self._cycle_rate)
+            line = ProgressLine(
+                f"[task {i + 1}/{len(self.tasks)} {task.name}]", start, cfg.effective_steps_per_task, later_steps=later,
+                prior_rate=self._cycle_rate, tail_seconds=self._tail_seconds, later_tasks=len(self.tasks) - i - 1,
+            )  # fmt: skip
             callbacks.append(line)
         callbacks.extend(self.extra_callbacks)
         try:
@@ -304,6 +311,7 @@ class ContinualScheduler:
         self._save_checkpoint(i)
         self._store_trained(i, start, end, curve)
         self._evaluate_and_store(i)
+        self._tail_seconds = time.perf_counter() - t0 - self._task_seconds
 
     def _evaluate_and_store(self, i: int) -> None:
         res = self.results

@@ -46,7 +46,7 @@ from rl_moe.sweep.backends import (
     LocalPlan, Outcomes, RayOptions, check_parallel, local_slots, pin_gpu, plan_local, ray_available, run_local,
     run_ray, run_sequential, visible_gpus,
 )  # fmt: skip
-from rl_moe.sweep.progress import Heartbeat
+from rl_moe.sweep.progress import Heartbeat, TrialStates
 from rl_moe.sweep.trials import (
     Outcome, SweepConfig, SweepError, Trial, TrialRunner, grid, is_complete, run_subprocess, suite_label, trained_steps,
     trial_command, trial_env,
@@ -164,10 +164,11 @@ def run_sweep(
         _report(o, i, len(trials))
     before = {t.run_dir: trained_steps(t.run_dir) for t, _ in jobs}
     start = time.monotonic()
-    finished: set[Path] = set()
-    with Heartbeat([t for t, _ in jobs], finished, progress_every), closing(_stream(chosen, jobs, trial_env(cfg), runner, cfg, ray_opts, plan)) as stream:
+    states = TrialStates()
+    tracked = runner if chosen == "ray" else states.wrap(runner)  # a Ray worker's records stay there
+    with Heartbeat([t for t, _ in jobs], states, progress_every), closing(_stream(chosen, jobs, trial_env(cfg), tracked, cfg, ray_opts, plan)) as stream:
         for outcome in stream:
-            finished.add(outcome.trial.run_dir)
+            states.mark_finished(outcome.trial.run_dir)
             outcome = replace(outcome, env_steps=max(0, trained_steps(outcome.trial.run_dir) - before[outcome.trial.run_dir]))
             outcomes.append(outcome)
             _report(outcome, len(outcomes), len(trials))

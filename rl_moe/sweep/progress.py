@@ -11,7 +11,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
@@ -21,7 +21,7 @@ from rl_moe.continual.config import RunConfig
 from rl_moe.continual.progress import hms
 from rl_moe.rundir import RunDir
 from rl_moe.runlock import lock_holder
-from rl_moe.sweep.trials import Trial, trained_steps
+from rl_moe.sweep.trials import Outcome, Trial, TrialRunner, trained_steps
 from rl_moe.tblog import quiet_tensorboard
 
 
@@ -58,9 +58,47 @@ class Snapshot(NamedTuple):
     left: int | None  # env steps still to train (None until a trial's budget is known)
 
 
-def snapshot(trials: Sequence[Trial], finished: set[Path], before: dict[Path, int]) -> Snapshot:
-    """Count the trials of this sweep (``finished``: their folders) and their steps. A trial not
-    started yet is assumed to have the mean budget of those that did."""
+class TrialStates:
+    """The trials this process has launched and seen return, updated by the thread that runs
+    each one (:meth:`wrap`), so the progress line counts a trial as running from its launch (its
+    run folder's lock comes only after the CLI has imported everything) and as done the moment
+    it returns."""
+
+    def __init__(self) -> None:
+        self.started: set[Path] = set()
+        self.finished: set[Path] = set()
+        self._lock = threading.Lock()
+
+    def wrap(self, runner: TrialRunner) -> TrialRunner:
+        """``runner`` that records its trial's launch and return (in-process backends only: a Ray
+        worker's records stay in the worker)."""
+
+        def run(trial: Trial, command: list[str], env: dict[str, str]) -> Outcome:
+            with self._lock:
+                self.started.add(trial.run_dir)
+            try:
+                return runner(trial, command, env)
+            finally:
+                with self._lock:
+                    self.finished.add(trial.run_dir)
+
+        return run
+
+    def mark_finished(self, run_dir: Path) -> None:
+        with self._lock:
+            self.finished.add(run_dir)
+
+    def copy(self) -> tuple[set[Path], set[Path]]:
+        """(started, finished), read together."""
+        with self._lock:
+            return set(self.started), set(self.finished)
+
+
+def snapshot(trials: Sequence[Trial], finished: Collection[Path], before: dict[Path, int], started: Collection[Path] = ()) -> Snapshot:
+    """Count the trials of this sweep and their steps: ``finished`` and ``started`` are the
+    folders of trials that returned and that were launched; a trial is also running while a
+    process holds its folder's lock (a Ray worker's). A trial not started yet is assumed to have
+    the mean budget of those that did."""
     running = queued = steps = 0
     open_trials: list[tuple[int, int | None]] = []  # (steps so far, budget) of unfinished trials
     for t in trials:
@@ -68,7 +106,7 @@ def snapshot(trials: Sequence[Trial], finished: set[Path], before: dict[Path, in
         steps += max(0, now - before.get(t.run_dir, 0))
         if t.run_dir in finished:
             continue
-        if lock_holder(t.run_dir) is not None:
+        if t.run_dir in started or lock_holder(t.run_dir) is not None:
             running += 1
         else:
             queued += 1
@@ -90,8 +128,8 @@ def line(s: Snapshot, seconds: float) -> str:
 class Heartbeat:
     """Prints :func:`line` every ``every`` seconds from a daemon thread until :meth:`stop`."""
 
-    def __init__(self, trials: Sequence[Trial], finished: set[Path], every: float, stream: TextIO | None = None) -> None:
-        self.trials, self.finished, self.every = list(trials), finished, every
+    def __init__(self, trials: Sequence[Trial], states: TrialStates, every: float, stream: TextIO | None = None) -> None:
+        self.trials, self.states, self.every = list(trials), states, every
         self.before: dict[Path, int] = {}
         self.stream = stream if stream is not None else sys.stdout
         self.start = time.monotonic()
@@ -113,5 +151,6 @@ class Heartbeat:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every):
-            text = line(snapshot(self.trials, self.finished, self.before), time.monotonic() - self.start)
+            started, finished = self.states.copy()
+            text = line(snapshot(self.trials, finished, self.before, started), time.monotonic() - self.start)
             print(text, file=self.stream, flush=True)
