@@ -2,13 +2,14 @@
 
 HumanoidBench is not on PyPI; install it with (checked with the real package)::
 
-    pip install dm_control imageio mujoco==3.3.0
+    pip install mujoco==3.3.0 dm_control==1.0.28 imageio
     git clone https://github.com/carlosferrazza/humanoid-bench
     pip install --no-deps -e humanoid-bench
 
-``mujoco==3.3.0`` keeps pip from pulling mujoco 4 (and dm_control 1.0.50), which breaks MuJoCo's
-bindings and MetaWorld itself. The install must be editable: a regular one, the ``git+`` form
-included, leaves out the package's ``envs/`` and ``dmc_deps/`` folders.
+``dm_control==1.0.28`` is the last release that accepts mujoco 3.3.0; an unpinned dm_control pulls
+mujoco 4, which breaks MuJoCo's bindings and MetaWorld itself. The install of the upstream clone
+must be editable: a regular one, the ``git+`` form included, leaves out the package's ``envs/``
+and ``dmc_deps/`` folders (an archive that packages them installs with ``--no-deps`` as it is).
 
 Fixes applied on import: a stub ``jax`` when jax is absent (the H1 tasks never call it), the
 dm_control index tables of ``humanoid_bench.dmc_deps`` pointed at the installed dm_control
@@ -30,7 +31,7 @@ import gymnasium as gym
 from rl_moe.errors import MissingDependencyError
 
 INSTALL_COMMAND = (
-    "pip install dm_control imageio mujoco==3.3.0 && git clone https://github.com/carlosferrazza/humanoid-bench "
+    "pip install mujoco==3.3.0 dm_control==1.0.28 imageio && git clone https://github.com/carlosferrazza/humanoid-bench "
     "&& pip install --no-deps -e humanoid-bench"
 )
 INSTALL_HINT = f"HumanoidBench is not installed; install it with: {INSTALL_COMMAND}"
