@@ -8,7 +8,7 @@ Examples::
 
 Exit codes: 0 done; 2 a user mistake, reported on one line before anything is written;
 3 training produced a NaN/inf (one line naming the term, step and task; the run folder keeps
-every finished task and resumes, e.g. with a changed ``--set``); 130 interrupted (Ctrl-C), with
+every finished task and resumes, e.g. with a changed ``--set``); 130 interrupted (Ctrl-C or SIGTERM), with
 the command that resumes the run. See docs/continual.md, "Guarantees".
 """
 
@@ -30,9 +30,11 @@ def _quit_during_startup(signum: int, frame: object) -> None:
 
 
 def _interrupt_once(signum: int, frame: object) -> None:
-    """The first Ctrl-C raises KeyboardInterrupt; later ones are ignored, so a second signal
-    during the clean-up cannot escape the handler and change the exit code."""
+    """The first Ctrl-C or SIGTERM raises KeyboardInterrupt (the run writes its last rollout
+    boundary and exits 130); later ones are ignored, so a second signal during the clean-up
+    cannot escape the handler and change the exit code."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
@@ -254,7 +256,7 @@ def _train(args: argparse.Namespace, cfg: RunConfig, run_dir: Path, finished: in
     try:
         results = ContinualScheduler(cfg, run_dir, progress=not args.no_progress, on_model_ready=ready).run()
     except KeyboardInterrupt:
-        sys.stderr.write(f"\ninterrupted; finished tasks are saved. Resume with: {resume_cmd}\n")
+        sys.stderr.write(f"\ninterrupted; finished tasks and the unfinished one's last rollout boundary are saved. Resume with: {resume_cmd}\n")
         return EXIT_INTERRUPTED
     except DivergedError as exc:
         sys.stderr.write(f"\nerror: {exc}; finished tasks are kept: change the setting and resume with {resume_cmd} --set KEY=VALUE\n")
@@ -293,6 +295,7 @@ def _entry() -> int:
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
     signal.signal(signal.SIGINT, _interrupt_once)
+    signal.signal(signal.SIGTERM, _interrupt_once)  # a cluster's preemption: saved like a Ctrl-C
     code = _entry()
     if code == EXIT_INTERRUPTED:
         # Leave without the interpreter's shutdown (atexit hooks, finalizers), where a late

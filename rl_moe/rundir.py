@@ -10,6 +10,7 @@
                       task_<idx:02d>_<task>.regularizers.pt    the regularizers' state
                       task_<idx:02d>_<task>.state.pt           generators and counters (rng.py)
                       task_<idx:02d>_<task>.vecnormalize.pkl   VecNormalize statistics, if used
+                      in_task.pkl                      the unfinished task's last rollout boundary (PPO)
     <run>/sweep.log                                  output of a trial run by rl_moe.sweep
     <run>/.lock                                      held by the process writing the run (its PID)
     <run>/reroute-<router>-a<alpha>.json             re-evaluations by rl_moe.evaluate
@@ -75,6 +76,11 @@ class RunDir:
     def reroute(self, router: str, alpha: float) -> Path:
         """``reroute-<router>-a<alpha>.json``: a re-evaluation with a training-free router."""
         return self.path / f"reroute-{router}-a{alpha:g}.json"
+
+    @property
+    def in_task(self) -> Path:
+        """The in-task checkpoint of the unfinished task (:mod:`rl_moe.continual.intask`)."""
+        return self.path / self.CHECKPOINTS / "in_task.pkl"
 
     def checkpoint(self, index: int, task: str) -> Path:
         """``checkpoints/task_<idx:02d>_<task>.zip``: one SB3 checkpoint per finished task."""

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rl_moe.continual.intask import CheckpointSettings
 from rl_moe.continual.learners import LEARNERS, PPOConfig, TD3Config, get_learner
 from rl_moe.continual.methods import METHODS
 from rl_moe.continual.results import write_json_atomic
@@ -101,6 +102,7 @@ class RunConfig:
     :param td3: TD3 settings (resolved preset + overrides)
     :param eval: evaluation settings
     :param probe: plasticity-probe settings (:class:`~rl_moe.diagnostics.probe.ProbeConfig`)
+    :param checkpoint: in-task checkpoint intervals (:class:`~rl_moe.continual.intask.CheckpointSettings`)
     :param regularizers: the method's regularizers, name -> typed config (every field stored in
         ``config.json``, so a resumed run is rebuilt from what it ran with)
     :param reference: RL-protocol run folder for forward transfer, or None
@@ -122,6 +124,7 @@ class RunConfig:
     td3: TD3Config = field(default_factory=TD3Config)
     eval: EvalSettings = field(default_factory=EvalSettings)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
+    checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
     regularizers: Mapping[str, Any] = field(default_factory=dict)
     reference: str | None = None
     created: str = ""
@@ -132,7 +135,7 @@ class RunConfig:
 
     def sections(self) -> dict[str, Any]:
         """The ``--set``-able settings sections by name (the keys of :data:`SECTIONS`)."""
-        return {"net": self.net, "ppo": self.ppo, "td3": self.td3, "eval": self.eval, "probe": self.probe}
+        return {"net": self.net, "ppo": self.ppo, "td3": self.td3, "eval": self.eval, "probe": self.probe, "checkpoint": self.checkpoint}
 
     @property
     def learner_settings(self) -> Any:
@@ -191,7 +194,10 @@ OVERRIDE_PRESETS: dict[str, tuple[str, ...]] = {
 }
 
 #: ``--set`` sections -> dataclass types (``reg`` is handled separately).
-SECTIONS: dict[str, type] = {"net": NetSettings, **{s.name: s.config_cls for s in LEARNERS.values()}, "eval": EvalSettings, "probe": ProbeConfig}
+SECTIONS: dict[str, type] = {
+    "net": NetSettings, **{s.name: s.config_cls for s in LEARNERS.values()}, "eval": EvalSettings, "probe": ProbeConfig,
+    "checkpoint": CheckpointSettings,
+}  # fmt: skip
 
 
 def _jsonable(obj: Any) -> Any:

@@ -206,6 +206,7 @@ class PeriodicEval(BaseCallback):
         self.run_eval, self.every, self.task_end, self.curve = run_eval, max(1, every), task_end, curve
         self.log_start = log_start
         self.next_eval = 0
+        self.resumed_next: int | None = None
 
     def _record(self, log: bool = True) -> None:
         res = self.run_eval()
@@ -218,8 +219,19 @@ class PeriodicEval(BaseCallback):
             dump_keys(self.logger, tuple(keys), self.num_timesteps)
 
     def _on_training_start(self) -> None:
+        if self.resumed_next is not None:  # inside the task: its start and due points are behind
+            self.next_eval = self.resumed_next
+            return
         self._record(self.log_start)
         self.next_eval = self.num_timesteps + self.every
+
+    def state(self) -> dict[str, int]:
+        """The schedule an in-task checkpoint keeps (:mod:`rl_moe.continual.intask`)."""
+        return {"next_eval": int(self.next_eval)}
+
+    def resume(self, state: dict[str, int]) -> None:
+        """Continue the schedule of :meth:`state` instead of starting the task's."""
+        self.resumed_next = int(state["next_eval"])
 
     def _on_rollout_start(self) -> None:
         self.num_timesteps = self.model.num_timesteps  # SB3 updates it only in on_step

@@ -157,6 +157,8 @@ class AlgoSpec:
     :param critic_sees_action: the critic's input is (obs, action) (Q-function) rather than obs
     :param rollout: env steps trained in one piece: a task's budget rounds up to a multiple
     :param regularizer_defaults: regularizer kwargs beneath the suite's and the user's settings
+    :param in_task_checkpoints: a run can resume inside a task (:mod:`rl_moe.continual.intask`);
+        False where the learner's state is too large to save often (TD3's replay buffer)
     """
 
     name: str
@@ -168,6 +170,7 @@ class AlgoSpec:
     critic_sees_action: bool = False
     rollout: Callable[[Any], int] = lambda _section: 1
     regularizer_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    in_task_checkpoints: bool = False
 
     def steps_per_task(self, section: Any, steps: int) -> int:
         """Env steps a task really runs: ``steps`` rounded up to whole rollouts."""
@@ -237,7 +240,7 @@ def _check_td3(t: TD3Config) -> None:
 LEARNERS: dict[str, AlgoSpec] = {
     "ppo": AlgoSpec(
         name="ppo", config_cls=PPOConfig, build=_build_ppo, start_task=_start_ppo, check=_check_ppo,
-        rollout=lambda p: p.n_envs * p.n_steps,
+        rollout=lambda p: p.n_envs * p.n_steps, in_task_checkpoints=True,
     ),
     "td3": AlgoSpec(
         name="td3", config_cls=TD3Config, build=_build_td3, start_task=_start_td3, check=_check_td3,

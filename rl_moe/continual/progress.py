@@ -39,6 +39,8 @@ class ProgressLine(BaseCallback):
     :param tail_seconds: seconds a task spends after its last step (success matrix, checkpoint),
         as measured on the previous task; 0 before one has finished
     :param later_tasks: tasks still to come after this one
+    :param counted_from: the global step this process starts from (a resume inside the task);
+        the rate counts only the steps trained here
     """
 
     def __init__(
@@ -52,12 +54,14 @@ class ProgressLine(BaseCallback):
         prior_rate: float | None = None,
         tail_seconds: float = 0.0,
         later_tasks: int = 0,
+        counted_from: int | None = None,
     ) -> None:
         super().__init__()
         self.label, self.task_start, self.task_steps = label, task_start, task_steps
         self.stream = stream if stream is not None else sys.stderr
         self.interval, self.later_steps = interval, later_steps
         self.tail_seconds, self.later_tasks = tail_seconds, later_tasks
+        self.counted_from = task_start if counted_from is None else counted_from
         self._update: str = ""  # "update k/n" while an update runs
         self._t0 = self._last = 0.0
         self._prior_rate = prior_rate
@@ -76,7 +80,7 @@ class ProgressLine(BaseCallback):
 
     def _on_rollout_start(self) -> None:
         self._update = ""
-        done = self.model.num_timesteps - self.task_start
+        done = self.model.num_timesteps - self.counted_from
         if done > 0:  # an update has just finished: the whole cycle is in the elapsed time
             self._cycle_rate = done / max(time.perf_counter() - self._t0, 1e-9)
 

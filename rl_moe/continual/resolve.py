@@ -14,6 +14,7 @@ import torch
 
 from rl_moe.continual.agents import net_configs_for
 from rl_moe.continual.config import EVAL_POSITIONS, OVERRIDE_PRESETS, EvalSettings, NetSettings, RunConfig, apply_overrides, regularizer_configs
+from rl_moe.continual.intask import CheckpointSettings
 from rl_moe.continual.learners import LEARNERS, check_fast_update, get_learner
 from rl_moe.continual.methods import get_method
 from rl_moe.continual.presets import learner_presets
@@ -67,6 +68,7 @@ def check_sections(sections: dict[str, Any]) -> None:
         spec.check(sections[spec.name])
     check_positive("eval", sections["eval"], ("evals_per_task", "n_episodes", "matrix_episodes", "n_envs"))
     check_choice(sections["eval"].positions, EVAL_POSITIONS, "eval.positions")
+    check_positive("checkpoint", sections["checkpoint"], (), ("every_steps", "every_minutes"))
     check_positive("net", sections["net"], ("temperature",))
     for spec in LEARNERS.values():
         check_fast_update(spec, sections[spec.name])
@@ -158,7 +160,7 @@ def resolve(req: RunRequest) -> RunConfig:
     preset = suite.presets.get(algo, DEFAULT_PRESET)
     if preset not in presets:
         raise UsageError(f"suite {suite.name!r} names unknown {algo} preset {preset!r}; valid choices: {', '.join(presets)}")
-    sections: dict[str, Any] = {"net": NetSettings(kind=method.kind), "eval": EvalSettings(), "probe": ProbeConfig()}
+    sections: dict[str, Any] = {"net": NetSettings(kind=method.kind), "eval": EvalSettings(), "probe": ProbeConfig(), "checkpoint": CheckpointSettings()}
     for other in LEARNERS.values():  # every learner's section is stored; the run's is used
         choices = learner_presets(other.name)
         sections[other.name] = choices.get(suite.presets.get(other.name, DEFAULT_PRESET), choices[DEFAULT_PRESET])

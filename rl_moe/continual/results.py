@@ -83,6 +83,7 @@ class Results:
     global_step: int = 0
     reference_aucs: list[float] | None = None
     rules: dict[str, Any] = field(default_factory=dict)
+    in_task: dict[str, int] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.tasks)
@@ -142,6 +143,8 @@ class Results:
             "task_segments": self.task_segments,
             "global_step": self.global_step,
             "rules": self.rules,
+            # How far the unfinished task got: its last in-task checkpoint (None between tasks).
+            "in_task": self.in_task,
         }
 
     @classmethod
@@ -153,6 +156,7 @@ class Results:
             evaluated_tasks=None if data.get("evaluated_tasks") is None else int(data["evaluated_tasks"]),
             eval_curves=data.get("eval_curves", {}), task_segments=data.get("task_segments", []),
             global_step=int(data.get("global_step", 0)), rules=dict(data.get("rules") or {}),
+            in_task=data.get("in_task"),
         )  # fmt: skip
 
     def save(self, path: str | Path) -> None:

@@ -27,10 +27,12 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv,
 
 from rl_moe.algos.common import RegularizedMixin
 from rl_moe.algos.guard import NonFiniteError, diagnose
-from rl_moe.continual import rng
+from rl_moe.continual import intask, rng
 from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.continual.config import RunConfig
 from rl_moe.continual.evaluation import EvalEnvs, EvalPoint, EvalResult, PeriodicEval, append_point, evaluate, fix_mmap_threshold, release_memory
+from rl_moe.continual.intask import InTaskCheckpoint
+from rl_moe.continual.learners import get_learner
 from rl_moe.continual.probe_states import default_probe_policy, load_or_collect, make_probe_callback, probe_factories
 from rl_moe.continual.progress import ProgressLine
 from rl_moe.continual.resolve import suite_of
@@ -182,15 +184,20 @@ class ContinualScheduler:
         # only if the interrupted run got to log it (an interruption before it leaves a gap).
         started = res.finished_tasks > 0 and logged_at(str(self.files.tb), "eval/success", res.global_step)
         self._resumed_at = res.finished_tasks if started else None
+        in_task = self._read_in_task()
+        if in_task is not None:
+            print(f"resuming task {res.finished_tasks + 1}/{len(self.tasks)} inside, at its step {in_task['step'] - in_task['task_start']:,}", file=sys.stderr)
         # The range this run trains again leaves the event files at the first write.
-        self.logger = tensorboard_logger(str(self.files.tb), None if fresh else (0 if res.finished_tasks == 0 else res.global_step + 1))
-        if res.finished_tasks == 0:
+        restart = res.global_step + 1 if in_task is None else int(in_task["step"]) + 1
+        self.logger = tensorboard_logger(str(self.files.tb), None if fresh else (0 if res.finished_tasks == 0 and in_task is None else restart))
+        if res.finished_tasks == 0 and in_task is None:
             _log_config_table(self.logger, cfg)
         try:
             if res.evaluated_tasks is not None and res.evaluated_tasks < res.finished_tasks:
                 self._finish_evaluation(res.finished_tasks - 1)
-            for i in range(res.finished_tasks, len(self.tasks)):
-                self._train_task(i, probe_states)
+            first = res.finished_tasks
+            for i in range(first, len(self.tasks)):
+                self._train_task(i, probe_states, in_task if i == first else None)
             self._model_ready()  # only evaluation was left: nothing to load the settings into
             self._finish()
         finally:
@@ -261,7 +268,8 @@ class ContinualScheduler:
         self._load_finished(i)
         self._evaluate_and_store(i)
 
-    def _train_task(self, i: int, probe_states: torch.Tensor | None) -> None:
+    def _train_task(self, i: int, probe_states: torch.Tensor | None, in_task: dict[str, Any] | None = None) -> None:
+        """Train task ``i``, from its start or from the in-task checkpoint ``in_task``."""
         cfg, res, task = self.cfg, self.results, self.tasks[i]
         t0 = time.perf_counter()
         previous = self.env
@@ -274,26 +282,54 @@ class ContinualScheduler:
         self._prepare_model(i, env)
         assert self.model is not None
         start = res.global_step
-        curve = {"steps": [], "success": [], "return": []}
+        curve: dict[str, list] = {"steps": [], "success": [], "return": []}
         every = max(1, cfg.steps_per_task // cfg.eval.evals_per_task)
-        callbacks: list[BaseCallback] = [PeriodicEval(lambda: self._evaluate(i, cfg.eval.n_episodes), every, start + cfg.steps_per_task, curve, log_start=i != self._resumed_at)]
+        periodic = PeriodicEval(lambda: self._evaluate(i, cfg.eval.n_episodes), every, start + cfg.steps_per_task, curve, log_start=i != self._resumed_at)
+        callbacks: list[BaseCallback] = [periodic]
         base = env.venv if isinstance(env, VecNormalize) else env
         callbacks.append(ThreadGovernor(current_plan(), native=not isinstance(base, (DummyVecEnv, SubprocVecEnv))))
         stage_keys = get_family(self.suite.family).stage_keys
         if stage_keys:
             callbacks.append(EpisodeStages(stage_keys))
+        probe = None
         if probe_states is not None:
-            callbacks.append(make_probe_callback(self._probe_input(probe_states), cfg.probe.every or every, cfg.seed, cfg.probe))
+            probe = make_probe_callback(self._probe_input(probe_states), cfg.probe.every or every, cfg.seed, cfg.probe)
+            callbacks.append(probe)
+        resumed_at = None if in_task is None else int(in_task["step"])
         if self.progress:
             later = (len(self.tasks) - i - 1) * cfg.effective_steps_per_task
             line = ProgressLine(
                 f"[task {i + 1}/{len(self.tasks)} {task.name}]", start, cfg.effective_steps_per_task, later_steps=later,
                 prior_rate=self._cycle_rate, tail_seconds=self._tail_seconds, later_tasks=len(self.tasks) - i - 1,
+                counted_from=resumed_at,
             )  # fmt: skip
             callbacks.append(line)
         callbacks.extend(self.extra_callbacks)
+        checkpoint = None
+        if get_learner(cfg.algo).in_task_checkpoints:
+
+            def states() -> dict[str, Any]:
+                return {"eval": periodic.state(), "probe": None if probe is None else probe.state()}
+
+            checkpoint = InTaskCheckpoint(
+                self.files.in_task, cfg.checkpoint, i, start, curve, states, resumed_at=resumed_at,
+                seconds_before=0.0 if in_task is None else float(in_task["seconds"]), on_write=lambda step: self._record_in_task(start, step),
+            )  # fmt: skip
+            callbacks.append(checkpoint)  # last: the boundary's evaluation is inside its capture
+        if in_task is not None:
+            curve.update(copy.deepcopy(in_task["curve"]))
+            periodic.resume(in_task["callbacks"]["eval"])
+            if probe is not None and in_task["callbacks"]["probe"] is not None:
+                probe.resume(in_task["callbacks"]["probe"])
+            if not intask.restore(self.model, env, in_task):
+                print(f"note: the {cfg.vec_env} envs cannot save their state: task {i + 1} continues with fresh episodes (statistically the same run, not bit for bit)", file=sys.stderr)
+        done = 0 if resumed_at is None else resumed_at - start
         try:
-            self.model.learn(total_timesteps=cfg.steps_per_task, reset_num_timesteps=False, callback=callbacks, log_interval=1)
+            self.model.learn(total_timesteps=cfg.steps_per_task - done, reset_num_timesteps=False, callback=callbacks, log_interval=1)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep the last rollout boundary
+            if checkpoint is not None:
+                checkpoint.flush()
+            raise
         except (NonFiniteError, ValueError, RuntimeError) as exc:
             bad = diagnose(exc, self.model.policy.parameters())
             if bad is None:
@@ -305,13 +341,42 @@ class ContinualScheduler:
             self._cycle_rate = line.cycle_rate
         if isinstance(self.model, RegularizedMixin):  # the task's last update, at its step (before the checkpoint)
             self.model.flush_update_logs()
-        self._task_seconds = time.perf_counter() - t0
+        self._task_seconds = time.perf_counter() - t0 + (0.0 if in_task is None else float(in_task["seconds"]))
         # The task is finished once its checkpoint is on disk: an interruption from here on
         # costs only the evaluation below, which a resume runs again.
         self._save_checkpoint(i)
         self._store_trained(i, start, end, curve)
+        self.files.in_task.unlink(missing_ok=True)  # the task's own checkpoint supersedes it
         self._evaluate_and_store(i)
         self._tail_seconds = time.perf_counter() - t0 - self._task_seconds
+
+    def _record_in_task(self, task_start: int, step: int) -> None:
+        """results.json says how far the unfinished task got (its last in-task checkpoint)."""
+        self.results.in_task = {"task_start": task_start, "step": step}
+        self.results.save(self.files.results)
+
+    def _read_in_task(self) -> dict[str, Any] | None:
+        """The unfinished task's in-task checkpoint, or None (with one line when one exists but
+        cannot be used: the task then restarts from its start, and the file stays for inspection
+        until the next in-task checkpoint replaces it)."""
+        res, path = self.results, self.files.in_task
+        i = res.finished_tasks
+        if i >= len(self.tasks) or res.evaluated_tasks != res.finished_tasks or not get_learner(self.cfg.algo).in_task_checkpoints:
+            return None
+        try:
+            state = intask.read(path)
+        except ValueError as exc:
+            print(f"note: the in-task checkpoint {path} is {exc}; task {i + 1} restarts from its start", file=sys.stderr)
+            return None
+        if state is None:
+            return None
+        if state["task"] < i:  # killed after its task's checkpoint, before removing it: superseded
+            path.unlink(missing_ok=True)
+            return None
+        if state["task"] != i or state["task_start"] != res.global_step:
+            print(f"note: the in-task checkpoint {path} belongs to task {state['task'] + 1}, not task {i + 1}; task {i + 1} restarts from its start", file=sys.stderr)
+            return None
+        return state
 
     def _evaluate_and_store(self, i: int) -> None:
         res = self.results
@@ -355,6 +420,7 @@ class ContinualScheduler:
         res.task_segments = res.task_segments[:i] + [[start, end]]
         res.global_step = end
         res.finished_tasks = i + 1
+        res.in_task = None
         res.evaluated_tasks = i
         res.save(self.files.results)
 

@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -196,6 +196,15 @@ class PlasticityProbe(BaseCallback):
 
     def _on_step(self) -> bool:
         return True
+
+    def state(self) -> dict[str, Any]:
+        """The schedule and cost an in-task checkpoint keeps (the step of each family's last probe)."""
+        return {"last": dict(self._last), "seconds": self.seconds}
+
+    def resume(self, state: dict[str, Any]) -> None:
+        """Continue the schedule of :meth:`state` (set before training starts)."""
+        self._last.update({str(k): int(v) for k, v in state["last"].items()})
+        self.seconds = float(state["seconds"])
 
     def _due(self, key: str, every: int) -> bool:
         return every > 0 and self.num_timesteps - self._last[key] >= every

@@ -151,11 +151,15 @@ def is_complete(run_dir: Path) -> bool:
 
 
 def trained_steps(run_dir: Path) -> int:
-    """Env steps of the run's finished tasks (its ``task_segments``); 0 without a readable results.json."""
+    """Env steps a resume of the run keeps: its finished tasks' (``task_segments``) and the
+    unfinished task's up to its in-task checkpoint (``in_task``); 0 without a readable results.json."""
     try:
-        segments = json.loads(RunDir(run_dir).results.read_text()).get("task_segments", [])
-        return int(sum(end - start for start, end in segments))
-    except (OSError, json.JSONDecodeError, AttributeError, TypeError, ValueError):
+        data = json.loads(RunDir(run_dir).results.read_text())
+        segments = data.get("task_segments", [])
+        in_task = data.get("in_task") or {}
+        partial = int(in_task["step"]) - int(in_task["task_start"]) if in_task else 0
+        return int(sum(end - start for start, end in segments)) + partial
+    except (OSError, json.JSONDecodeError, AttributeError, TypeError, ValueError, KeyError):
         return 0
 
 
