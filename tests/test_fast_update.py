@@ -12,7 +12,7 @@ from stable_baselines3 import PPO, TD3
 from stable_baselines3.common.env_util import make_vec_env
 
 from rl_moe.algos import MoEPPO, MoETD3
-from rl_moe.algos.fast import PPOUpdate
+from rl_moe.algos.update import PPOUpdate
 from rl_moe.algos.profiling import CPU_INTERNAL_SCOPES as CPU_INTERNAL, count_ops
 from rl_moe.nn import NETWORK_KINDS, NetConfig, build_network, static_shapes
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
@@ -205,7 +205,7 @@ def test_capture_forgets_what_the_policy_kept_from_a_forward_with_gradients() ->
     """A probe's forward with gradients leaves its graph on SB3's action distribution; on CUDA that
     graph made the next capture fail, so it is dropped first. The MoE outputs are returned, and no
     module keeps a tensor with a graph."""
-    from rl_moe.algos.fast import _forget_distribution
+    from rl_moe.algos.update import _forget_distribution
     from rl_moe.algos.ppo_loss import ppo_losses
 
     model = _ppo("on", [], "topk", device="cpu")

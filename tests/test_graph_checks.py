@@ -14,7 +14,7 @@ import torch
 from stable_baselines3.common.env_util import make_vec_env
 
 from rl_moe.algos import MoEPPO
-from rl_moe.algos import fast as fast_module
+from rl_moe.algos import update as fast_module
 from rl_moe.algos import rollout as rollout_module
 from rl_moe.policies import MoEActorCriticPolicy
 from rl_moe.regularizers import Sphere

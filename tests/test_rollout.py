@@ -13,7 +13,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecEnv
 
 from rl_moe.algos import MoEPPO
-from rl_moe.algos.fast import no_distribution_checks
+from rl_moe.algos.update import no_distribution_checks
 from rl_moe.algos.profiling import count_ops
 from rl_moe.algos.rollout import DeviceRolloutBuffer, GraphedActing
 from rl_moe.nn import static_shapes

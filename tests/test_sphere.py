@@ -360,3 +360,17 @@ def test_scale_invariant_config() -> None:
         a = rows.t() @ rows / 8
         expected = (a.pow(2).sum() - a.trace() ** 2 / 5) / a.trace() ** 2
         assert float(value) == pytest.approx(float(expected))
+
+
+def test_one_adaptive_formula_with_the_learners_zero_gradient_guard() -> None:
+    """scaled_coef reports the learner's formula (adaptive_coef): 0 for a penalty without a
+    gradient, rho * ||g_ref|| / (||g_pen|| + eps) otherwise."""
+    from rl_moe.algos.hooks import GradScale, Penalty, adaptive_coef
+
+    w = torch.nn.Parameter(torch.tensor([3.0, 4.0]))
+    reference = (w**2).sum()  # gradient (6, 8): norm 10
+    flat = Penalty("flat", w.sum() * 0.0 + 1.0, 0.0, scale=GradScale(rho=0.5, reference=reference, params=(w,)))
+    assert scaled_coef(flat) == 0.0  # not 0.5 * 10 / 1e-8
+    linear = Penalty("linear", 2.0 * w[0], 0.0, scale=GradScale(rho=0.5, reference=reference, params=(w,)))
+    assert scaled_coef(linear) == pytest.approx(0.5 * 10.0 / (2.0 + 1e-8))
+    assert float(adaptive_coef(0.5, torch.tensor(10.0), torch.tensor(0.0), 1e-8)) == 0.0

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_moe.algos.guard import check_update
-from rl_moe.algos.hooks import LossContext, Penalty, Regularizer, grads_norm
+from rl_moe.algos.hooks import LossContext, Penalty, Regularizer, adaptive_coef, grads_norm
 
 
 class TermSink(Protocol):
@@ -151,10 +151,7 @@ class RegularizedMixin:
                 ref_norm = grads_norm(grads[i] for i in sel)
             else:
                 ref_norm = grads_norm(torch.autograd.grad(s.reference, [params[i] for i in sel], retain_graph=True, allow_unused=True))
-            pen_norm = grads_norm(pen[i] for i in sel)
-            # A penalty with no gradient (e.g. 0 at isotropic features) gets coefficient 0, not
-            # rho * ||g|| / eps (~1e6 in the logs); the update is the same either way.
-            coef = torch.where(pen_norm > 0, s.rho * ref_norm / (pen_norm + s.eps), torch.zeros_like(pen_norm)).detach()  # () tensor
+            coef = adaptive_coef(s.rho, ref_norm, grads_norm(pen[i] for i in sel), s.eps)  # () tensor
             if s.on_resolve is not None:
                 s.on_resolve(coef)
             sink.add(term.name, term.loss, coef)

@@ -188,22 +188,25 @@ def grad_norm(loss: Tensor, params: Iterable[nn.Parameter]) -> Tensor:
     return grads_norm(torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True))
 
 
+def adaptive_coef(rho: float, ref_norm: Tensor, pen_norm: Tensor, eps: float) -> Tensor:
+    """The adaptive coefficient rho * ||grad L_ref|| / (||grad L_pen|| + eps) as a detached ()
+    tensor (SPHERE App. A.3): the one formula, which the learner applies
+    (:meth:`~rl_moe.algos.common.RegularizedMixin._backward`) and :func:`scaled_coef` reports.
+
+    A penalty with no gradient (SPHERE at isotropic features) gets 0, not rho * ||grad L_ref|| / eps
+    (~1e6 in the logs); the update is the same either way.
+    """
+    return torch.where(pen_norm > 0, rho * ref_norm / (pen_norm + eps), torch.zeros_like(pen_norm)).detach()
+
+
 def scaled_coef(term: Penalty) -> float:
-    """The coefficient a :class:`GradScale` asks for, computed directly (two extra backward passes)."""
+    """The coefficient a :class:`GradScale` asks for, computed on its own (two extra backward
+    passes) with the learner's formula :func:`adaptive_coef`."""
     if term.scale is None:
         return term.coef
     s = term.scale
-    coef = grad_ratio_coef(s.rho, s.reference, term.loss, s.params, s.eps)
+    params = [p for p in s.params if p.requires_grad]
+    coef = adaptive_coef(s.rho, grad_norm(s.reference, params), grad_norm(term.loss, params), s.eps)
     if s.on_resolve is not None:
-        s.on_resolve(torch.tensor(coef))
-    return coef
-
-
-def grad_ratio_coef(
-    rho: float, reference: Tensor, penalty: Tensor, params: Iterable[nn.Parameter], eps: float = 1e-8
-) -> float:
-    """rho * stopgrad(||grad reference|| / (||grad penalty|| + eps)) over ``params`` (SPHERE App. A.3)."""
-    params = list(params)
-    num = grad_norm(reference, params)
-    den = grad_norm(penalty, params)
-    return float(rho * (num / (den + eps)).item())
+        s.on_resolve(coef)
+    return float(coef)

@@ -1,7 +1,7 @@
 """What the PPO update paths need of a learner, as a type below all of them.
 
 :class:`~rl_moe.algos.MoEPPO` implements it (SB3's ``PPO`` plus
-:class:`~rl_moe.algos.common.RegularizedMixin`). The sync-free update (:mod:`rl_moe.algos.fast`),
+:class:`~rl_moe.algos.common.RegularizedMixin`). The sync-free update (:mod:`rl_moe.algos.update`),
 the device rollout (:mod:`rl_moe.algos.rollout`) and the loss (:mod:`rl_moe.algos.ppo_loss`) take
 a :class:`PPOLearner`, so none of them imports ``ppo.py``, which imports them.
 """

@@ -1,7 +1,7 @@
 """PPO whose loss is the clipped PPO objective plus named regularizer terms.
 
 Same update as stable-baselines3's PPO (Schulman et al. 2017, arXiv:1707.06347), run by
-:class:`~rl_moe.algos.fast.PPOUpdate`; the only change to the maths is
+:class:`~rl_moe.algos.update.PPOUpdate`; the only change to the maths is
 :meth:`RegularizedMixin._backward`, which adds the regularizer terms.
 """
 
@@ -19,7 +19,7 @@ from torch import Tensor
 
 from rl_moe.algos.clipping import GRAD_CLIPS, GradClipper
 from rl_moe.algos.common import RegularizedMixin
-from rl_moe.algos.fast import FAST_MODES, PPOUpdate, no_distribution_checks, unsupported_reason
+from rl_moe.algos.update import FAST_MODES, PPOUpdate, no_distribution_checks, unsupported_reason
 from rl_moe.algos.hooks import Regularizer
 from rl_moe.algos.rollout import DeviceRolloutBuffer, GraphedActing, unsupported_reason as rollout_unsupported
 from rl_moe.nn.static import static_shapes
@@ -31,7 +31,7 @@ class MoEPPO(RegularizedMixin, PPO):
     :param policy: policy class or name (e.g. :class:`~rl_moe.policies.MoEActorCriticPolicy`)
     :param env: environment
     :param regularizers: objects implementing :class:`~rl_moe.regularizers.Regularizer`
-    :param fast_update: ``auto`` (default): the update's device minibatches of :mod:`rl_moe.algos.fast`
+    :param fast_update: ``auto`` (default): the update's device minibatches of :mod:`rl_moe.algos.update`
         (static MoE shapes, CUDA graphs) and the rollouts of :mod:`rl_moe.algos.rollout` (one device
         read per env step) on CUDA when the run supports them, else SB3's minibatches and
         rollouts; ``on``: also on a CPU (eager); ``off``: always SB3's

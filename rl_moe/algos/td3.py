@@ -10,7 +10,7 @@ from stable_baselines3 import TD3
 from stable_baselines3.common.utils import polyak_update
 
 from rl_moe.algos.common import DeviceTermLog, RegularizedMixin
-from rl_moe.algos.fast import FAST_MODES
+from rl_moe.algos.update import FAST_MODES
 from rl_moe.algos.hooks import Regularizer, loss_context
 from rl_moe.nn.static import static_shapes
 from rl_moe.policies import act_with_output, q_values_with_outputs

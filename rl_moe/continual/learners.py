@@ -19,7 +19,7 @@ from stable_baselines3.common.noise import NormalActionNoise, VectorizedActionNo
 
 from rl_moe.algos import ALGOS
 from rl_moe.algos.clipping import GRAD_CLIPS
-from rl_moe.algos.fast import FAST_MODES
+from rl_moe.algos.update import FAST_MODES
 from rl_moe.errors import UsageError, check_choice, check_positive, check_within
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
 
@@ -49,7 +49,7 @@ class PPOConfig:
     :param lr_decay_fraction: share of the task over which the rate decays linearly (HB: 0.5)
     :param normalize_obs: wrap envs in SB3 ``VecNormalize`` (HB: Table 2's "VecNormalize")
     :param normalize_reward: also scale rewards in ``VecNormalize`` (its default; on for HB)
-    :param fast_update: the learner's sync-free update (:mod:`rl_moe.algos.fast`) and rollouts
+    :param fast_update: the learner's sync-free update (:mod:`rl_moe.algos.update`) and rollouts
         (:mod:`rl_moe.algos.rollout`): ``auto`` (on CUDA), ``on`` (also on a CPU) or ``off`` (SB3's
         loops everywhere); same maths either way
     :param grad_clip: ``joint`` (SB3's one norm over actor and critic) or ``separate`` (each side to

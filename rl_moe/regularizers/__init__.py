@@ -18,8 +18,8 @@ from rl_moe.algos.hooks import (
     Penalty,
     Regularizer,
     RoleStep,
+    adaptive_coef,
     grad_norm,
-    grad_ratio_coef,
     loss_context,
     scaled_coef,
 )
@@ -88,7 +88,7 @@ __all__ = [
     "Sphere",
     "SphereConfig",
     "grad_norm",
-    "grad_ratio_coef",
+    "adaptive_coef",
     "GradScale",
     "scaled_coef",
     "loss_context",
