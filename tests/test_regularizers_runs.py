@@ -15,7 +15,7 @@ from rl_moe.regularizers import REGISTRY, make_regularizer
 
 ARCH = dict(n_experts=3, top_k=2, hidden=(16, 16), gate_hidden=(16,))
 #: Small budgets so resets happen within a few hundred steps.
-KWARGS = {"cbp": dict(maturity=4, replacement_rate=0.05), "redo": dict(frequency=4), "sdmoe": dict(svd_every=2)}
+KWARGS = {"cbp": dict(maturity=4, replacement_rate=0.05), "redo": dict(frequency=4), "sdmoe": dict(svd_every=2), "snp": dict(every_updates=2)}
 #: The logged key of each regularizer (without the ``_actor``/``_critic`` suffix of ``both``).
 KEYS = {
     "sphere": "train/loss_sphere",
@@ -28,6 +28,8 @@ KEYS = {
     "ortho": "train/loss_ortho",
     "sdmoe": "train/sdmoe_refreshes",
     "dsc": "train/loss_dsc_balance",
+    "snp": "train/snp_applied",
+    "l2init": "train/loss_l2init",
 }
 #: Regularizers that belong to a network kind of their own (the rest run on Top-K).
 KINDS = {"sdmoe": "sdmoe", "dsc": "dsc"}
@@ -75,7 +77,7 @@ def test_td3_run(name: str, env_name: str) -> None:
     )
     model.learn(96)
     # Per-role terms are suffixed; resets log one counter.
-    suffix = "" if name in ("cbp", "redo", "sdmoe") else "_critic"
+    suffix = "" if name in ("cbp", "redo", "sdmoe", "snp") else "_critic"
     _check(model, name, suffix)
     if suffix:
         _check(model, name, "_actor")

@@ -26,11 +26,13 @@ from rl_moe.algos.hooks import (
 from rl_moe.regularizers.cbp import CBPConfig, ContinualBackprop
 from rl_moe.regularizers.cchain import CChain, CChainConfig
 from rl_moe.regularizers.dsc import DSCAux, DSCConfig
+from rl_moe.regularizers.l2init import L2Init, L2InitConfig
 from rl_moe.regularizers.load_balance import LoadBalance, LoadBalanceConfig
 from rl_moe.regularizers.ortho import OrthoConfig, Orthogonality
 from rl_moe.regularizers.parseval import Parseval, ParsevalConfig
 from rl_moe.regularizers.redo import ReDo, ReDoConfig
 from rl_moe.regularizers.sdmoe import SDMoEConfig, SDRefresh
+from rl_moe.regularizers.snp import ShrinkPerturb, SNPConfig
 from rl_moe.regularizers.specreg import SpecRegConfig, SpectralReg
 from rl_moe.regularizers.sphere import Sphere, SphereConfig, sphere_config
 
@@ -47,6 +49,8 @@ REGISTRY: dict[str, type[Regularizer]] = {
     "ortho": Orthogonality,
     "sdmoe": SDRefresh,
     "dsc": DSCAux,
+    "snp": ShrinkPerturb,
+    "l2init": L2Init,
 }
 
 
@@ -69,6 +73,8 @@ __all__ = [
     "ContinualBackprop",
     "DSCAux",
     "DSCConfig",
+    "L2Init",
+    "L2InitConfig",
     "LoadBalance",
     "LoadBalanceConfig",
     "LossContext",
@@ -78,6 +84,8 @@ __all__ = [
     "ParsevalConfig",
     "Penalty",
     "ReDo",
+    "SNPConfig",
+    "ShrinkPerturb",
     "ReDoConfig",
     "SDMoEConfig",
     "SpecRegConfig",

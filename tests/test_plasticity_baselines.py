@@ -1,0 +1,130 @@
+"""Shrink-and-perturb (Ash & Adams 2020) and L2 Init (Kumar et al. 2023): known answers, and a
+smoke CRL run of each through the CLI and into the report."""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from stable_baselines3.common.env_util import make_vec_env
+
+from rl_moe.algos import MoEPPO
+from rl_moe.policies import MoEActorCriticPolicy, policy_roles
+from rl_moe.regularizers import L2Init, ShrinkPerturb, make_regularizer
+
+SMALL = dict(moe="topk", n_experts=4, top_k=2, hidden=(32, 32), gate_hidden=(16,))
+
+
+def _policy() -> MoEActorCriticPolicy:
+    env = make_vec_env("Pendulum-v1", n_envs=1, seed=0)
+    return MoEPPO(MoEActorCriticPolicy, env, n_steps=64, batch_size=32, seed=0, device="cpu", policy_kwargs=SMALL).policy
+
+
+class _Ctx:
+    """The part of a LossContext a role-wide penalty reads: the active roles' steps."""
+
+    def __init__(self, policy) -> None:
+        self.roles = policy_roles(policy)
+
+    def active(self, targets):
+        return [types.SimpleNamespace(role=self.roles[r]) for r in targets]
+
+
+def test_l2init_is_zero_at_init_and_its_gradient_is_two_lambda_times_the_drift() -> None:
+    policy = _policy()
+    reg = make_regularizer("l2init", coef=0.3)
+    reg.on_training_start(types.SimpleNamespace(policy=policy))
+    (term,) = reg.penalty(_Ctx(policy))
+    assert term.name == "l2init" and term.coef == 0.3 and float(term.loss.detach()) == 0.0
+    params = policy_roles(policy)["actor"].parameters
+    start = [p.detach().clone() for p in params]
+    with torch.no_grad():
+        for p in params:
+            p.add_(torch.randn_like(p) * 0.01)
+    (term,) = reg.penalty(_Ctx(policy))
+    grads = torch.autograd.grad(term.coef * term.loss, params)
+    for g, p, p0 in zip(grads, params, start):
+        torch.testing.assert_close(g, 2 * 0.3 * (p.detach() - p0))
+    # The critic is not the default target: its parameters carry no term.
+    assert {id(p) for p in policy_roles(policy)["critic"].parameters}.isdisjoint(reg._init)
+
+
+def test_snp_shrinks_by_lambda_and_perturbs_at_the_initial_scale() -> None:
+    policy = _policy()
+    algo = types.SimpleNamespace(policy=policy)
+    params = policy_roles(policy)["actor"].parameters
+    shrink_only = ShrinkPerturb(shrink=0.4, noise=0.0)
+    shrink_only.on_training_start(algo)
+    before = [p.detach().clone() for p in params]
+    shrink_only.on_task_start(algo, 0)  # the first task starts as built
+    assert all(torch.equal(p, b) for p, b in zip(params, before))
+    shrink_only.on_task_start(algo, 1)
+    for p, b in zip(params, before):
+        torch.testing.assert_close(p.detach(), 0.4 * b)
+    noise_only = ShrinkPerturb(shrink=1.0, noise=0.1)
+    noise_only.on_training_start(algo)
+    big = max(params, key=lambda p: p.numel())
+    std0 = float(big.detach().std())
+    ref = big.detach().clone()
+    noise_only.apply(algo)
+    ratio = float((big.detach() - ref).std()) / std0
+    assert ratio == pytest.approx(0.1, rel=0.05)  # sigma times the tensor's initial std
+    assert noise_only.applied == 1
+
+
+def test_snp_per_update_variant_applies_every_n_updates() -> None:
+    policy = _policy()
+    algo = types.SimpleNamespace(policy=policy)
+    reg = ShrinkPerturb(shrink=0.5, noise=0.0, every_updates=3)
+    reg.on_training_start(algo)
+    reg.on_task_start(algo, 1)  # the per-update variant leaves task boundaries alone
+    for _ in range(7):
+        reg.after_update(algo, "ppo")
+    assert reg.applied == 2
+
+
+@pytest.mark.parametrize("method", ["snp", "l2init"])
+def test_smoke_crl_run_and_report(tmp_path: Path, method: str) -> None:
+    from rl_moe.crl import main
+    from rl_moe.report.__main__ import main as report
+
+    out = tmp_path / "runs"
+    assert main(["--suite", "smoke", "--method", method, "--tasks", "2", "--steps-per-task", "256", "--preset", "tiny", "--no-progress", "--out", str(out)]) == 0
+    (run,) = [p for p in out.glob("*/*") if p.is_dir()]
+    res = json.loads((run / "results.json").read_text())
+    assert res["complete"] and res["method"] == method
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run / "tb"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    if method == "snp":
+        assert acc.Scalars("train/snp_applied")[-1].value == 1.0  # once, at the second task's start
+    else:
+        values = [e.value for e in acc.Scalars("train/loss_l2init")]
+        assert values[0] >= 0 and max(values) > 0 and "train/coef_l2init" in tags
+    assert report([str(out), "--out", str(tmp_path / "report")]) == 0
+    assert method in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_l2init_keeps_its_theta0_across_a_resume(tmp_path: Path) -> None:
+    """theta_0 is state: a learner built with another seed continues toward the saved one."""
+    from rl_moe.continual.results import load_regularizer_state, save_regularizer_state
+
+    def learner(seed: int) -> MoEPPO:
+        env = make_vec_env("Pendulum-v1", n_envs=1, seed=seed)
+        return MoEPPO(MoEActorCriticPolicy, env, regularizers=[L2Init(coef=0.1)], n_steps=64, batch_size=32, n_epochs=2, seed=seed, device="cpu", policy_kwargs=SMALL)
+
+    a = learner(0)
+    a.learn(128)
+    save_regularizer_state(tmp_path / "reg.pt", a.regularizer_state())
+    b = learner(1)
+    before = b.regularizer_state()["0:l2init"]["init"]
+    saved = a.regularizer_state()["0:l2init"]["init"]
+    assert any(not torch.equal(before[k], saved[k]) for k in saved)
+    b.load_regularizer_state(load_regularizer_state(tmp_path / "reg.pt"))
+    after = b.regularizer_state()["0:l2init"]["init"]
+    assert after.keys() == saved.keys() and all(torch.equal(after[k], saved[k]) for k in saved)
