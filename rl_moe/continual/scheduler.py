@@ -98,6 +98,7 @@ class ContinualScheduler:
         self._task_seconds = float("nan")  # training time of the task being evaluated
         self._cycle_rate: float | None = None  # steps/s of the last task's rollout + update cycles (progress ETA)
         self._tail_seconds = 0.0  # the last task's checkpoint and success-matrix time (progress ETA)
+        self._pending_in_task: dict[str, Any] | None = None  # the in-task checkpoint a resume continues from
         self._resumed_at: int | None = None  # first task after a resume whose start eval is already logged
         # Generator states and counters at the last task boundary (see rl_moe.continual.rng).
         self._boundary_state: dict[str, Any] | None = None
@@ -195,9 +196,9 @@ class ContinualScheduler:
         try:
             if res.evaluated_tasks is not None and res.evaluated_tasks < res.finished_tasks:
                 self._finish_evaluation(res.finished_tasks - 1)
-            first = res.finished_tasks
-            for i in range(first, len(self.tasks)):
-                self._train_task(i, probe_states, in_task if i == first else None)
+            self._pending_in_task = in_task  # taken by the first task trained
+            for i in range(res.finished_tasks, len(self.tasks)):
+                self._train_task(i, probe_states)
             self._model_ready()  # only evaluation was left: nothing to load the settings into
             self._finish()
         finally:
@@ -268,9 +269,11 @@ class ContinualScheduler:
         self._load_finished(i)
         self._evaluate_and_store(i)
 
-    def _train_task(self, i: int, probe_states: torch.Tensor | None, in_task: dict[str, Any] | None = None) -> None:
-        """Train task ``i``, from its start or from the in-task checkpoint ``in_task``."""
+    def _train_task(self, i: int, probe_states: torch.Tensor | None) -> None:
+        """Train task ``i``, from its start or, for the first task of a resumed run, from its
+        in-task checkpoint (read by :meth:`run`)."""
         cfg, res, task = self.cfg, self.results, self.tasks[i]
+        in_task, self._pending_in_task = self._pending_in_task, None
         t0 = time.perf_counter()
         previous = self.env
         if previous is None and cfg.protocol == "crl" and i > 0 and self.algo_cfg.normalize_obs:
