@@ -207,3 +207,27 @@ def test_envs_restore_bit_for_bit_on_metaworld() -> None:
             assert np.array_equal(o1, o2) and r1 == r2 and s1 == s2
         a.close()
         b.close()
+
+
+def test_a_run_folder_copied_elsewhere_resumes_inside_its_task(tmp_path: Path, uninterrupted: Path) -> None:
+    import shutil
+
+    run = tmp_path / "here" / "run"
+    original = intask.InTaskCheckpoint._on_rollout_start
+    calls = {"n": 0}
+
+    def stop_after_four(self):  # type: ignore[no-untyped-def]
+        original(self)
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(intask.InTaskCheckpoint, "_on_rollout_start", stop_after_four)
+        assert main([*SMOKE, "--run-dir", str(run)]) == 130
+    assert intask.read(RunDir(run).in_task) is not None
+    moved = tmp_path / "elsewhere" / "run"
+    shutil.copytree(run, moved)
+    shutil.rmtree(run)  # nothing of the first place is left to lean on
+    assert main(["--resume", str(moved), "--no-progress"]) == 0
+    _same(uninterrupted, moved)

@@ -128,6 +128,15 @@ def _forget_distribution(policy: ActorCriticPolicy) -> None:
     policy.action_dist.distribution = None  # type: ignore[attr-defined]  # every SB3 Distribution has it
 
 
+def weight_change(before: list[Tensor], after: Any) -> float:
+    """||theta_after - theta_before|| / ||theta_before|| over all parameters: the relative weight
+    change of one update, as the Plasticine benchmark reports it (one device read)."""
+    after = [p.detach() for p in after]
+    diff = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(a - b) for a, b in zip(after, before)]))
+    base = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(b) for b in before]))
+    return float(diff / base.clamp_min(1e-12))
+
+
 class _Graph(NamedTuple):
     graph: Any  # torch.cuda.CUDAGraph
     index: Tensor  # (B,) the captured minibatch index buffer
@@ -182,6 +191,7 @@ class PPOUpdate:
             self.rollout.fill(algo.rollout_buffer)
         self.stats.zero_()
         self.terms.zero_()
+        before = [p.detach().clone() for p in algo.policy.parameters()]  # for train/weight_change
         n_minibatches = 0
         last_epoch_batches = 0
         for epoch in range(algo.n_epochs):
@@ -202,6 +212,7 @@ class PPOUpdate:
                         print(f"Early stopping after epoch {epoch}: approx KL {kl:.2f}")
                     break
         self._log(lr, clip_range, clip_range_vf, n_minibatches, last_epoch_batches)
+        algo.logger.record("train/weight_change", weight_change(before, algo.policy.parameters()))
 
     def _minibatches(self) -> Iterator[Tensor | RolloutBufferSamples]:
         """One epoch's minibatches: device row indices, or SB3's samples in SB3's order."""

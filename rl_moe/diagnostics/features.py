@@ -37,6 +37,9 @@ def feature_metrics(output: MoEOutput, layer: int = -1, weighted: bool = True) -
     eig = spsd_eigvals(small_gram(phi))
     return {
         "feature_rank": effective_rank_from_eigvals(eig),
+        # Plasticine's effective rank: the entropy of the normalized singular values of Phi
+        # (sigma_i = sqrt(N lambda_i); N cancels in the normalization), not of the Gram's eigenvalues.
+        "feature_erank": effective_rank_from_eigvals(eig.sqrt()),
         "feature_cond": condition_number(eig, COND_FLOOR),
         "feature_norm": float(phi.to(torch.float64).norm(dim=1).mean()),
     }
@@ -69,8 +72,10 @@ def dormant_metrics(output: MoEOutput, taus: Iterable[float] = (DORMANT_TAU, 0.0
     Units of an expert that received no probe state are not dormant in ReDo's sense (their score
     is undefined, not small); the share of such experts is ``idle_expert_fraction`` instead.
 
-    :return: ``dormant_ratio[_tau<t>]`` overall and ``..._l<layer>`` per hidden layer, and
-        ``idle_expert_fraction``: experts (over every expert stack) routed no probe state
+    :return: ``dormant_ratio[_tau<t>]`` overall and ``..._l<layer>`` per hidden layer,
+        ``idle_expert_fraction``: experts (over every expert stack) routed no probe state, and
+        ``active_units``: the share of units active (score > 0) on some routed probe state, as the
+        Plasticine benchmark reports it (1 - ``dormant_ratio_tau0`` when 0 is among ``taus``)
     """
     out: dict[str, float] = {}
     n_layers = len(output.groups[0].expert.hidden)
@@ -93,4 +98,6 @@ def dormant_metrics(output: MoEOutput, taus: Iterable[float] = (DORMANT_TAU, 0.0
         for layer, (d, t) in enumerate(zip(dead, total)):
             out[f"{key}_l{layer}"] = d / t if t else 0.0
         out[key] = sum(dead) / max(sum(total), 1)
+        if tau == 0.0:
+            out["active_units"] = 1.0 - out[key]
     return out

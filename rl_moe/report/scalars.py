@@ -22,6 +22,9 @@ PLASTICITY_TAGS = (
     "plasticity/idle_expert_fraction",
     "plasticity/feature_norm",
     "plasticity/grad_norm",
+    "plasticity/active_units",
+    "plasticity/feature_erank",
+    "train/weight_change",
 )
 TAG_LABELS = {
     "plasticity/entk_rank": "eNTK effective rank $r_e(K)$ (held-out states)",
@@ -33,6 +36,9 @@ TAG_LABELS = {
     "plasticity/dormant_ratio": r"dormant ratio ($\tau$=0.025)",
     "plasticity/feature_norm": "feature L2 norm",
     "plasticity/grad_norm": "actor gradient L2 norm",
+    "plasticity/active_units": "active units (Plasticine)",
+    "plasticity/feature_erank": "feature effective rank of the singular values (Plasticine)",
+    "train/weight_change": "relative weight change per update (Plasticine)",
     "eval/success": "eval success (current task)",
 }
 
