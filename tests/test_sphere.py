@@ -374,3 +374,28 @@ def test_one_adaptive_formula_with_the_learners_zero_gradient_guard() -> None:
     linear = Penalty("linear", 2.0 * w[0], 0.0, scale=GradScale(rho=0.5, reference=reference, params=(w,)))
     assert scaled_coef(linear) == pytest.approx(0.5 * 10.0 / (2.0 + 1e-8))
     assert float(adaptive_coef(0.5, torch.tensor(10.0), torch.tensor(0.0), 1e-8)) == 0.0
+
+
+def test_gate_term_known_answers_and_coefficient() -> None:
+    """The authors' routing-weight term: 0 for balanced one-hot routing, (1 - 1/E)/E when all
+    states go to one expert; off by default, on with gating_ratio, scaled like the main term."""
+    from rl_moe.regularizers.sphere import gate_loss
+
+    e = 4
+    balanced = torch.eye(e).repeat(8, 1)  # (32, 4): every expert takes a quarter, one-hot
+    assert float(gate_loss(balanced)) == pytest.approx(0.0, abs=1e-12)
+    collapsed = torch.zeros(32, e)
+    collapsed[:, 0] = 1.0
+    assert float(gate_loss(collapsed)) == pytest.approx((1 - 1 / e) / e)
+    torch.manual_seed(0)
+    policy = _policy()
+    out = policy.actor_net(torch.randn(64, 5))
+    actor_loss = (out.out**2).mean()
+    assert [t.name for t in Sphere(rank_every=0).penalty(_ctx(policy, out, {"actor": actor_loss}))] == ["sphere"]
+    terms = Sphere(rho=0.5, gating_ratio=0.2, coef_mode="loss_ratio", rank_every=0).penalty(_ctx(policy, out, {"actor": actor_loss}))
+    assert [t.name for t in terms] == ["sphere", "sphere_gate"]
+    gate = terms[1]
+    torch.testing.assert_close(gate.loss, gate_loss(out.probs))
+    assert gate.coef == pytest.approx(0.2 * abs(float(actor_loss.detach())) / (float(gate.loss.detach()) + 1e-8), rel=1e-5)
+    (_, adaptive) = Sphere(gating_ratio=0.2, rank_every=0).penalty(_ctx(policy, out, {"actor": actor_loss}))
+    assert adaptive.scale is not None and adaptive.scale.rho == 0.2

@@ -67,6 +67,10 @@ class SphereConfig:
     :param ratio_every: ``adaptive`` mode recomputes the gradient-norm ratio every this many
         minibatches and reuses the last one in between (1 = every minibatch, the paper's rule; a
         larger value trades exactness for the extra backward pass)
+    :param gating_ratio: ratio of a second term on the routing weights (the SPHERE authors'
+        ``sphere_gating_ratio``; 0 = off, as in their configs): L_gate = (||G||_F^2 - tr(G)^2/E) / E,
+        G = P^T P / N for the (N, E) routing weights P, logged as ``loss_sphere_gate``; its
+        coefficient follows ``coef_mode`` with ``gating_ratio`` in the place of ``rho``
     """
 
     rho: float = 0.1
@@ -83,6 +87,7 @@ class SphereConfig:
     eps: float = 1e-8
     rank_every: int = 50
     ratio_every: int = 1
+    gating_ratio: float = 0.0
 
     def __post_init__(self) -> None:
         check_choice(self.coef_mode, COEF_MODES, "coef_mode")
@@ -152,6 +157,15 @@ LOSS_COEF_RULES: dict[str, Callable[[float, Tensor, Tensor, float], float | Tens
 }
 
 
+def gate_loss(probs: Tensor) -> Tensor:
+    """(||G||_F^2 - tr(G)^2 / E) / E with G = P^T P / N for routing weights ``probs`` (N, E): 0 when
+    the states spread evenly and one-hot over the experts (G = I / E), (1 - 1/E) / E when every
+    state goes to one expert (the SPHERE authors' ``sphere_output_loss``)."""
+    n, e = probs.shape
+    g = probs.T @ probs / n  # (E, E)
+    return ((g * g).sum() - torch.trace(g) ** 2 / e) / e
+
+
 class Sphere(Regularizer):
     """The SPHERE penalty as a learner hook.
 
@@ -203,7 +217,26 @@ class Sphere(Regularizer):
                 continue
             coef = 0.0 if cfg.rho == 0 else self._coefficient(role, ref, loss)
             terms.append(Penalty(self._term_name(role), loss, coef))
+        if cfg.gating_ratio > 0:
+            terms.extend(self._gate_terms(ctx))
         self._calls += 1
+        return terms
+
+    def _gate_terms(self, ctx: LossContext) -> list[Penalty]:
+        """The routing-weight term of each active role (``gating_ratio``)."""
+        cfg = self.config
+        terms = []
+        for step in ctx.active(self.roles):
+            pairs = step.pairs()
+            if not pairs:
+                continue
+            ref = step.reference
+            loss = sum((gate_loss(out.probs) for _, out in pairs), start=ref.new_zeros(()))
+            name = f"{self._term_name(step.role.name)}_gate"
+            if cfg.coef_mode == "adaptive":
+                terms.append(Penalty(name, loss, 0.0, GradScale(cfg.gating_ratio, ref, step.params, cfg.eps)))
+            else:
+                terms.append(Penalty(name, loss, LOSS_COEF_RULES[cfg.coef_mode](cfg.gating_ratio, ref, loss, cfg.eps)))
         return terms
 
     def _refresh(self, role: str) -> bool:
