@@ -170,3 +170,37 @@ def test_gradient_scaled_term_without_gradient_logs_coefficient_zero():
     policy.optimizer.zero_grad()
     model._backward(LossContext(model, "ppo", None), reference, reference.new_zeros(()), list(policy.parameters()))
     assert model._penalty_log.values["train/coef_flat"] == [0.0]
+
+
+@pytest.mark.parametrize("guard", ["ceiling", "pcgrad"])
+def test_guarded_scaled_term_ceiling_and_pcgrad(guard: str) -> None:
+    """A ceiling caps lambda; PCGrad removes the penalty's component that opposes the reference
+    gradient (the SPHERE authors' sphere_use_pcgrad), leaving one that agrees untouched."""
+    from rl_moe.regularizers import GradScale
+
+    model, _ = _ppo([])
+    w = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
+    a, b = torch.tensor([3.0, 0.0]), torch.tensor([-1.0, 2.0])  # a . b = -3 < 0: opposing
+    reference = (w * a).sum()
+    penalty = (w * b).sum()
+    rho = 0.5
+    lam = rho * a.norm() / b.norm()
+
+    class Guarded(Regularizer):
+        name = "guarded"
+
+        def penalty(self, ctx):
+            extra = {"ceiling": 0.1} if guard == "ceiling" else {"pcgrad": True}
+            return [Penalty(self.name, penalty, 0.0, GradScale(rho, reference, (w,), **extra))]
+
+    model.regularizers = [Guarded()]
+    model._backward(LossContext(model, "ppo", None), reference, reference.new_zeros(()), [w])
+    if guard == "ceiling":
+        assert float(lam) > 0.1
+        torch.testing.assert_close(w.grad, a + 0.1 * b)
+        assert model._penalty_log.values["train/coef_guarded"] == [pytest.approx(0.1)]
+    else:
+        reg = lam * b
+        expected = a + reg - (reg @ a) / (a @ a) * a  # the opposing part along a is removed
+        torch.testing.assert_close(w.grad, expected, rtol=1e-5, atol=1e-6)
+        assert float(w.grad @ a) >= float(a @ a) - 1e-4  # the step no longer fights the reference

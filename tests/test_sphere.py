@@ -399,3 +399,19 @@ def test_gate_term_known_answers_and_coefficient() -> None:
     assert gate.coef == pytest.approx(0.2 * abs(float(actor_loss.detach())) / (float(gate.loss.detach()) + 1e-8), rel=1e-5)
     (_, adaptive) = Sphere(gating_ratio=0.2, rank_every=0).penalty(_ctx(policy, out, {"actor": actor_loss}))
     assert adaptive.scale is not None and adaptive.scale.rho == 0.2
+
+
+def test_lambda_watch_warns_once_when_it_stays_high(capsys: pytest.CaptureFixture) -> None:
+    sphere = Sphere(rho=0.1, warn_coef=100.0, warn_updates=3, rank_every=0)
+    sphere._ratios["actor"] = torch.tensor(5e3)  # lambda = 500
+    for _ in range(5):
+        sphere.logs()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "stayed above 100 for 3 updates" in err[0] and "max_coef" in err[0]
+    sphere._ratios["actor"] = torch.tensor(10.0)  # lambda 1: the streak ends
+    sphere.logs()
+    assert sphere._high_updates == 0
+    with pytest.raises(ValueError, match="pcgrad"):
+        Sphere(pcgrad=True, coef_mode="loss_ratio")
+    capped = Sphere(rho=0.5, coef_mode="loss_ratio", max_coef=0.01, rank_every=0)
+    assert capped._coefficient("actor", torch.tensor(10.0), torch.tensor(1e-6)) == pytest.approx(0.01)

@@ -142,6 +142,7 @@ class RegularizedMixin:
         index = {id(p): i for i, p in enumerate(params)}
         total = reference.detach() + rest.detach()
         updates: list[tuple[Tensor, tuple[Tensor | None, ...]]] = []
+        keep: list[tuple[Tensor, list[int]]] = []  # PCGrad: (share of the reference gradient removed, its indices)
         for term in scaled:  # every norm is taken before ``grads`` is updated in place below
             s = term.scale
             assert s is not None
@@ -152,11 +153,23 @@ class RegularizedMixin:
             else:
                 ref_norm = grads_norm(torch.autograd.grad(s.reference, [params[i] for i in sel], retain_graph=True, allow_unused=True))
             coef = adaptive_coef(s.rho, ref_norm, grads_norm(pen[i] for i in sel), s.eps)  # () tensor
+            if s.ceiling is not None:
+                coef = coef.clamp(-s.ceiling, s.ceiling)
+            if s.pcgrad and s.reference is reference:
+                pairs = [(pen[i], grads[i]) for i in sel if pen[i] is not None and grads[i] is not None]
+                dot = coef * sum(((a * b).sum() for a, b in pairs), start=coef.new_zeros(()))
+                share = torch.where(dot < 0, dot / (ref_norm**2 + s.eps), torch.zeros_like(dot)).detach()
+                keep.append((share, sel))
             if s.on_resolve is not None:
                 s.on_resolve(coef)
             sink.add(term.name, term.loss, coef)
             updates.append((coef, pen))
             total = total + coef * term.loss.detach()
+        # PCGrad: the penalty's opposing component along g_ref comes off as share * g_ref.
+        for share, sel in keep:
+            for i in sel:
+                if grads[i] is not None:
+                    grads[i] = grads[i].mul(1.0 - share)
         # In place: with many experts these are the largest tensors of the update.
         for coef, pen in updates:
             for i, g in enumerate(pen):

@@ -43,6 +43,11 @@ class GradScale(NamedTuple):
     eps: float = 1e-8
     #: Called with the resolved coefficient, a detached () tensor (e.g. to reuse it later).
     on_resolve: Callable[[Tensor], None] | None = None
+    #: Upper bound on |coef| (None: none).
+    ceiling: float | None = None
+    #: Where the scaled penalty's gradient points against the reference's, remove its component
+    #: along the reference's gradient (PCGrad, Yu et al. 2020; the SPHERE authors' sphere_use_pcgrad).
+    pcgrad: bool = False
 
 
 class Penalty(NamedTuple):

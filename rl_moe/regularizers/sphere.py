@@ -18,6 +18,8 @@ A negative rho is the sign-flip intervention (Table 21): it rewards anisotropy.
 
 from __future__ import annotations
 
+import sys
+
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -71,6 +73,13 @@ class SphereConfig:
         ``sphere_gating_ratio``; 0 = off, as in their configs): L_gate = (||G||_F^2 - tr(G)^2/E) / E,
         G = P^T P / N for the (N, E) routing weights P, logged as ``loss_sphere_gate``; its
         coefficient follows ``coef_mode`` with ``gating_ratio`` in the place of ``rho``
+    :param max_coef: ceiling on |lambda| (None: none), a guard against the collapse on a task the
+        agent does not solve (docs/regularizers.md, "SPHERE's scale on MetaWorld")
+    :param pcgrad: where the penalty's gradient points against the actor loss's, remove its
+        component along the actor-loss gradient (the authors' ``sphere_use_pcgrad``; ``adaptive`` only)
+    :param warn_coef: one line on stderr when lambda stays above this for ``warn_updates`` updates
+        in a row (a collapse is seen while it happens)
+    :param warn_updates: see ``warn_coef``
     """
 
     rho: float = 0.1
@@ -88,8 +97,18 @@ class SphereConfig:
     rank_every: int = 50
     ratio_every: int = 1
     gating_ratio: float = 0.0
+    max_coef: float | None = None
+    pcgrad: bool = False
+    warn_coef: float = 1e4
+    warn_updates: int = 20
 
     def __post_init__(self) -> None:
+        if self.max_coef is not None and self.max_coef <= 0:
+            raise ValueError(f"max_coef must be > 0 or null, got {self.max_coef}")
+        if self.pcgrad and self.coef_mode != "adaptive":
+            raise ValueError(f"pcgrad projects gradients, which coef_mode 'adaptive' computes; got coef_mode={self.coef_mode!r}")
+        if self.warn_updates < 1:
+            raise ValueError(f"warn_updates must be >= 1, got {self.warn_updates}")
         check_choice(self.coef_mode, COEF_MODES, "coef_mode")
         check_target(self.placement, "placement")
         check_choice(self.layer, LAYERS, "layer")
@@ -184,6 +203,7 @@ class Sphere(Regularizer):
         self._calls = 0
         self._last: dict[str, float] = {}
         self._ratios: dict[str, float | Tensor] = {}
+        self._high_updates = 0  # updates in a row with lambda above warn_coef
         self._sync_free = False
         self._last_gram: Tensor | None = None  # the sync-free path's latest A_last Gram, ranked in logs()
 
@@ -212,7 +232,7 @@ class Sphere(Regularizer):
             if cfg.rho != 0 and cfg.coef_mode == "adaptive" and self._refresh(role):
                 # The learner resolves the ratio while backpropagating (one backward fewer than
                 # computing both norms here) and hands it back for the minibatches in between.
-                scale = GradScale(cfg.rho, ref, step.params, cfg.eps, on_resolve=partial(self._store_ratio, role))
+                scale = GradScale(cfg.rho, ref, step.params, cfg.eps, on_resolve=partial(self._store_ratio, role), ceiling=cfg.max_coef, pcgrad=cfg.pcgrad)
                 terms.append(Penalty(self._term_name(role), loss, 0.0, scale))
                 continue
             coef = 0.0 if cfg.rho == 0 else self._coefficient(role, ref, loss)
@@ -249,8 +269,12 @@ class Sphere(Regularizer):
     def _coefficient(self, role: str, ref: Tensor, loss: Tensor) -> float | Tensor:
         cfg = self.config
         if cfg.coef_mode == "adaptive":  # between refreshes: the last resolved ratio
-            return cfg.rho * self._ratios[role]
-        return LOSS_COEF_RULES[cfg.coef_mode](cfg.rho, ref, loss, cfg.eps)
+            coef: float | Tensor = cfg.rho * self._ratios[role]
+        else:
+            coef = LOSS_COEF_RULES[cfg.coef_mode](cfg.rho, ref, loss, cfg.eps)
+        if cfg.max_coef is None:
+            return coef
+        return coef.clamp(-cfg.max_coef, cfg.max_coef) if isinstance(coef, Tensor) else max(-cfg.max_coef, min(cfg.max_coef, coef))
 
     def network_loss(self, out: MoEOutput, reference: Tensor | None = None) -> Tensor:
         """L_SPHERE of one network output (``reference`` is needed for the gradient Gram)."""
@@ -305,10 +329,27 @@ class Sphere(Regularizer):
 
     def logs(self) -> dict[str, float]:
         """``sphere_feature_rank``: r_e(A_last) at the latest sampled call (loss and lambda are
-        logged by the learner as ``train/loss_sphere`` and ``train/coef_sphere``)."""
+        logged by the learner as ``train/loss_sphere`` and ``train/coef_sphere``). Once per update
+        (a host read there costs nothing) it also watches lambda for the collapse warning."""
         if self._last_gram is not None:
             self._last["sphere_feature_rank"] = effective_rank(self._last_gram)
+        self._watch_coef()
         return dict(self._last)
+
+    def _watch_coef(self) -> None:
+        """One line on stderr when lambda has stayed above ``warn_coef`` for ``warn_updates``
+        updates in a row (the adaptive rule's last resolved lambda per role)."""
+        cfg = self.config
+        if cfg.coef_mode != "adaptive" or not self._ratios:
+            return
+        coef = max(abs(cfg.rho * float(r)) for r in self._ratios.values())
+        self._high_updates = self._high_updates + 1 if coef > cfg.warn_coef else 0
+        if self._high_updates == cfg.warn_updates:
+            print(
+                f"warning: SPHERE's lambda has stayed above {cfg.warn_coef:g} for {cfg.warn_updates} updates (now {coef:.3g}): the actor's "
+                "features are likely collapsing on a task it does not solve; see docs/regularizers.md, \"SPHERE's scale on MetaWorld\" "
+                "(reg.sphere.max_coef, reg.sphere.scale_invariant=true)", file=sys.stderr,
+            )  # fmt: skip
 
     def state_dict(self, policy: Any) -> dict[str, Any]:
         # The call count drives rank_every and ratio_every; the ratios are reused in between; the
