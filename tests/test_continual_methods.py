@@ -109,3 +109,13 @@ def test_a_bad_suite_regularizer_setting_is_refused_even_when_the_method_does_no
     path.write_text(json.dumps(data))
     with pytest.raises(UsageError, match="bad settings for regularizer 'sphere': unknown sphere option 'rhoo'; valid choices: rho, "):
         resolve(RunRequest(suite=str(path), method="topk", tasks=1, device="cpu"))
+
+
+def test_sphere_guard_is_sphere_with_the_scale_invariant_penalty() -> None:
+    from rl_moe.continual.resolve import RunRequest, resolve
+
+    guard = resolve(RunRequest(suite="cw10", method="sphere_guard", tasks=1))
+    paper = resolve(RunRequest(suite="cw10", method="sphere", tasks=1))
+    assert guard.regularizers["sphere"].scale_invariant and not paper.regularizers["sphere"].scale_invariant
+    assert guard.regularizers["sphere"].rho == paper.regularizers["sphere"].rho == 0.1  # the suite's rho
+    assert not resolve(RunRequest(suite="cw10", method="sphere_guard", tasks=1, overrides=("reg.sphere.scale_invariant=false",))).regularizers["sphere"].scale_invariant

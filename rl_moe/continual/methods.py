@@ -9,7 +9,7 @@ regularizer that the table leaves out gets such a method by default, named after
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rl_moe.errors import UsageError
@@ -29,6 +29,8 @@ class Method:
     :param spectral_norm: roles (``actor``, ``critic``) whose networks get spectral normalization
         (:attr:`rl_moe.nn.NetConfig.spectral_norm`)
     :param regularizers: names in :data:`rl_moe.regularizers.REGISTRY`
+    :param settings: regularizer name -> settings that make the method what it is, above the
+        suite's (``--set`` still changes them)
     :param description: one line for ``--help`` and the docs
     """
 
@@ -38,6 +40,7 @@ class Method:
     param_ratio: float | None = None
     spectral_norm: tuple[str, ...] = ()
     regularizers: tuple[str, ...] = ()
+    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     description: str = ""
 
 
@@ -60,6 +63,10 @@ METHODS: dict[str, Method] = {
         Method("dense", "mlp", description="dense MLP actor (PPO baseline)"),
         Method("dense10x", "mlp", param_ratio=10.0, description="dense MLP actor with ~10x the parameters (PPO(10x))"),
         _reg("sphere", "SPHERE spectral-isotropy penalty (the paper's method)"),
+        Method(
+            "sphere_guard", regularizers=("sphere",), settings={"sphere": {"scale_invariant": True}},
+            description="Top-K MoE + SPHERE penalizing the spectrum's shape, not its scale (scale_invariant): no feature collapse on an unsolved task",
+        ),
         Method("ln", "topk", layer_norm=True, description="Top-K MoE with LayerNorm (LN baseline)"),
         _reg("cbp", "continual backprop (Dohare et al., 2024)"),
         _reg("redo", "ReDo dormant-neuron resets (Sokar et al., 2023)"),

@@ -167,6 +167,8 @@ def resolve(req: RunRequest) -> RunConfig:
     settings = {k: dict(v) for k, v in spec.regularizer_defaults.items()}
     for name, kwargs in suite.regularizers.items():
         settings[name] = {**settings.get(name, {}), **kwargs}
+    for name, kwargs in method.settings.items():  # what makes the method itself, above the suite
+        settings[name] = {**settings.get(name, {}), **kwargs}
     # Every regularizer the suite sets is checked (a typo there is caught whatever the method);
     # the run keeps the method's.
     checked = regularizer_configs(dict.fromkeys([*method.regularizers, *suite.regularizers]), settings)
