@@ -403,13 +403,11 @@ def test_gate_term_known_answers_and_coefficient() -> None:
 
 def test_lambda_watch_warns_once_when_it_stays_high(capsys: pytest.CaptureFixture) -> None:
     sphere = Sphere(rho=0.1, warn_coef=100.0, warn_updates=3, rank_every=0)
-    sphere._ratios["actor"] = torch.tensor(5e3)  # lambda = 500
-    for _ in range(5):
-        sphere.logs()
+    for _ in range(5):  # the learner hands over each update's logged means
+        sphere.logged({"train/loss_sphere": 1e-12, "train/coef_sphere": 500.0, "train/coef_sphere_gate": 1.0})
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "stayed above 100 for 3 updates" in err[0] and "max_coef" in err[0]
-    sphere._ratios["actor"] = torch.tensor(10.0)  # lambda 1: the streak ends
-    sphere.logs()
+    sphere.logged({"train/coef_sphere": 1.0})  # the streak ends
     assert sphere._high_updates == 0
     with pytest.raises(ValueError, match="pcgrad"):
         Sphere(pcgrad=True, coef_mode="loss_ratio")

@@ -214,8 +214,11 @@ class RegularizedMixin:
         :raises NonFiniteError: if a logged ``train/*`` value, a weight or a gradient is not finite
         """
         logger: Any = self.logger  # type: ignore[attr-defined]
-        for key, value in (self._penalty_log.means() if term_means is None else term_means).items():
+        means = self._penalty_log.means() if term_means is None else term_means
+        for key, value in means.items():
             logger.record(key, value)
+        for reg in self.regularizers:
+            reg.logged(means)
         for reg in self.regularizers:
             for key, value in reg.logs().items():
                 logger.record(f"train/{key}", value)

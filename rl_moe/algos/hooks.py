@@ -174,6 +174,10 @@ class Regularizer:
         """Extra scalars to log under ``train/`` (e.g. units reset so far)."""
         return {}
 
+    def logged(self, values: dict[str, float]) -> None:
+        """Sees the update's logged term means (``train/loss_*``, ``train/coef_*``), already read
+        from the device: a regularizer can watch its own coefficient without another read."""
+
     def state_dict(self, policy: nn.Module) -> dict[str, Any]:
         """Internal state a resumed run needs to continue as if never stopped.
 

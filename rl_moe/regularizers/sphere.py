@@ -333,16 +333,16 @@ class Sphere(Regularizer):
         (a host read there costs nothing) it also watches lambda for the collapse warning."""
         if self._last_gram is not None:
             self._last["sphere_feature_rank"] = effective_rank(self._last_gram)
-        self._watch_coef()
         return dict(self._last)
 
-    def _watch_coef(self) -> None:
-        """One line on stderr when lambda has stayed above ``warn_coef`` for ``warn_updates``
-        updates in a row (the adaptive rule's last resolved lambda per role)."""
+    def logged(self, values: dict[str, float]) -> None:
+        """One line on stderr when lambda (the update's mean ``train/coef_sphere*``, gate term
+        aside) has stayed above ``warn_coef`` for ``warn_updates`` updates in a row."""
         cfg = self.config
-        if cfg.coef_mode != "adaptive" or not self._ratios:
+        coefs = [abs(v) for k, v in values.items() if k.startswith(f"train/coef_{self.name}") and not k.endswith("_gate")]
+        if not coefs:
             return
-        coef = max(abs(cfg.rho * float(r)) for r in self._ratios.values())
+        coef = max(coefs)
         self._high_updates = self._high_updates + 1 if coef > cfg.warn_coef else 0
         if self._high_updates == cfg.warn_updates:
             print(
