@@ -16,7 +16,7 @@ run that may use N cores gives both N threads and never has more than N threads 
 
 Why: two OpenMP threads on two cores that another process also wants wait on each other at
 every parallel region; a CLI run beside other jobs took 18x as long with 2 torch threads as with 1
-(issue notes in benchmarks/README.md, "Threads under load"). On an idle machine, with EnvPool, two
+(benchmarks/README.md, "`threads_under_load.py`"). On an idle machine, with EnvPool, two
 torch threads and two pool workers ran a whole CW10 PPO run 1.34x as fast as the official envs on
 1 thread; one and one, 1.19x.
 """
