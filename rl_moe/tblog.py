@@ -15,6 +15,7 @@ from collections.abc import Iterable
 import logging
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -91,14 +92,25 @@ def _finish_rewrite(folder: Path) -> None:
     if not tmp.is_dir():
         return
     if (tmp / _DONE).is_file():
-        # The new file takes the first old file's name: readers take files in name order, and
-        # every file the resumed run writes sorts after it.
+        # Readers take files in name order: the new file must sort before every file the resumed
+        # run writes (see _earlier_name).
         name = (tmp / _DONE).read_text().strip()
         for old in _event_files(folder):
             old.unlink()
         for new in _event_files(tmp):
             os.replace(new, folder / (name or new.name))
     shutil.rmtree(tmp)
+
+
+def _earlier_name(name: str) -> str:
+    """``name`` (``events.out.tfevents.<time>.<host>.<pid>.<n>``) with its time at least one second
+    before now: a writer opened from now on names its file with a later time, so it sorts after
+    whatever the host, pid and counter fields hold (those compare as text, "10" before "9")."""
+    parts = name.split(".")
+    if len(parts) < 4 or not parts[3].isdigit():
+        return name
+    parts[3] = f"{min(int(parts[3]), int(time.time()) - 1):010d}"
+    return ".".join(parts)
 
 
 def truncate_events(folder: str, step: int) -> None:
@@ -118,7 +130,7 @@ def truncate_events(folder: str, step: int) -> None:
             if not event.HasField("file_version") and event.step < step:
                 writer.add_event(event)
     writer.close()
-    (tmp / _DONE).write_text(files[0].name)
+    (tmp / _DONE).write_text(_earlier_name(files[0].name))
     _finish_rewrite(root)
 
 

@@ -10,7 +10,7 @@ import torch
 from stable_baselines3.common.env_util import make_vec_env
 
 from rl_moe.algos import MoEPPO
-from rl_moe.algos.clipping import grad_norm, split_actor_critic
+from rl_moe.algos.clipping import side_norm, split_actor_critic
 from rl_moe.policies import MoEActorCriticPolicy
 
 SMALL = dict(moe="topk", n_experts=4, top_k=2, hidden=(32, 32), gate_hidden=(16,))
@@ -75,11 +75,11 @@ def test_logged_norms_are_the_sides_norms_before_clipping(grad_clip: str) -> Non
     (loss[0].pow(2).mean() * 100 - loss[1].mean()).backward()
     split = split_actor_critic(model.policy)
     like = split.actor[0]
-    expect = torch.stack([grad_norm(split.actor, like), grad_norm(split.critic, like)])
+    expect = torch.stack([side_norm(split.actor, like), side_norm(split.critic, like)])
     joint_norm = expect.norm()
     norms = model.clip_gradients()
     torch.testing.assert_close(norms, expect)
-    after = torch.stack([grad_norm(split.actor, like), grad_norm(split.critic, like)])
+    after = torch.stack([side_norm(split.actor, like), side_norm(split.critic, like)])
     if grad_clip == "separate":  # each side on its own
         torch.testing.assert_close(after, torch.clamp(expect, max=model.max_grad_norm), rtol=1e-5, atol=0)
     else:  # one factor for both

@@ -73,6 +73,22 @@ def _wait_for_checkpoint(run: Path, proc: subprocess.Popen, after: float) -> boo
     return False
 
 
+def _interrupt_at_boundary(run: Path, n: int) -> int:
+    """Run SMOKE into ``run`` with a Ctrl-C right after the ``n``-th rollout boundary's capture."""
+    original = intask.InTaskCheckpoint._on_rollout_start
+    calls = {"n": 0}
+
+    def stop(self):  # type: ignore[no-untyped-def]
+        original(self)
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(intask.InTaskCheckpoint, "_on_rollout_start", stop)
+        return main([*SMOKE, "--run-dir", str(run)])
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("full") / "run"
@@ -135,18 +151,7 @@ def _logged_beyond(run: Path, step: int) -> bool:
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "other_task"])
 def test_an_unusable_in_task_checkpoint_restarts_the_task_with_one_line(tmp_path: Path, uninterrupted: Path, capsys: pytest.CaptureFixture, damage: str) -> None:
     run = tmp_path / "run"
-    original = intask.InTaskCheckpoint._on_rollout_start
-    calls = {"n": 0}
-
-    def stop_after_three(self):  # type: ignore[no-untyped-def]
-        original(self)
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(intask.InTaskCheckpoint, "_on_rollout_start", stop_after_three)
-        assert main([*SMOKE, "--run-dir", str(run)]) == 130
+    assert _interrupt_at_boundary(run, 3) == 130
     path = RunDir(run).in_task
     blob = path.read_bytes()
     if damage == "garbage":
@@ -213,18 +218,7 @@ def test_a_run_folder_copied_elsewhere_resumes_inside_its_task(tmp_path: Path, u
     import shutil
 
     run = tmp_path / "here" / "run"
-    original = intask.InTaskCheckpoint._on_rollout_start
-    calls = {"n": 0}
-
-    def stop_after_four(self):  # type: ignore[no-untyped-def]
-        original(self)
-        calls["n"] += 1
-        if calls["n"] == 4:
-            raise KeyboardInterrupt
-
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(intask.InTaskCheckpoint, "_on_rollout_start", stop_after_four)
-        assert main([*SMOKE, "--run-dir", str(run)]) == 130
+    assert _interrupt_at_boundary(run, 4) == 130
     assert intask.read(RunDir(run).in_task) is not None
     moved = tmp_path / "elsewhere" / "run"
     shutil.copytree(run, moved)

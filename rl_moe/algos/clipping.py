@@ -22,6 +22,7 @@ import torch
 from stable_baselines3.common.policies import ActorCriticPolicy
 from torch import Tensor, nn
 
+from rl_moe.maths import grads_norm
 from rl_moe.policies.roles import policy_roles
 
 
@@ -41,18 +42,15 @@ def split_actor_critic(policy: ActorCriticPolicy) -> ParamSplit:
     return ParamSplit([p for p in params if id(p) not in critic_ids], [p for p in params if id(p) in critic_ids])
 
 
-def grad_norm(params: Sequence[nn.Parameter], like: Tensor) -> Tensor:
-    """Global L2 norm of the gradients of ``params`` (0 when none has one), on the device."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return torch.zeros((), device=like.device, dtype=like.dtype)
-    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+def side_norm(params: Sequence[nn.Parameter], like: Tensor) -> Tensor:
+    """Global L2 norm of the gradients of ``params`` (0 when none has one), on ``like``'s device."""
+    return grads_norm(p.grad for p in params).to(like.device)
 
 
 def _clip_joint(policy: ActorCriticPolicy, split: ParamSplit, max_norm: float) -> Tensor:
     """SB3's clipping; the two halves' norms are read before it for the logs only."""
     like = next(policy.parameters())
-    norms = torch.stack([grad_norm(split.actor, like), grad_norm(split.critic, like)])
+    norms = torch.stack([side_norm(split.actor, like), side_norm(split.critic, like)])
     torch.nn.utils.clip_grad_norm_(policy.parameters(), max_norm)
     return norms
 

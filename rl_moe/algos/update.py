@@ -47,6 +47,7 @@ from rl_moe.algos.graphs import capture, capture_failed, replay_failed, replay_m
 from rl_moe.algos.learner import PPOLearner
 from rl_moe.algos.ppo_loss import ppo_losses
 from rl_moe.algos.rollout import DeviceRolloutBuffer
+from rl_moe.maths import grads_norm
 from rl_moe.nn.static import static_shapes
 
 #: ``fast_update`` choices.
@@ -131,10 +132,8 @@ def _forget_distribution(policy: ActorCriticPolicy) -> None:
 def weight_change(before: list[Tensor], after: Any) -> float:
     """||theta_after - theta_before|| / ||theta_before|| over all parameters: the relative weight
     change of one update, as the Plasticine benchmark reports it (one device read)."""
-    after = [p.detach() for p in after]
-    diff = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(a - b) for a, b in zip(after, before)]))
-    base = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(b) for b in before]))
-    return float(diff / base.clamp_min(1e-12))
+    diff = grads_norm(a.detach() - b for a, b in zip(after, before))
+    return float(diff / grads_norm(before).clamp_min(1e-12))
 
 
 class _Graph(NamedTuple):

@@ -344,14 +344,15 @@ class ContinualScheduler:
             self._cycle_rate = line.cycle_rate
         if isinstance(self.model, RegularizedMixin):  # the task's last update, at its step (before the checkpoint)
             self.model.flush_update_logs()
-        self._task_seconds = time.perf_counter() - t0 + (0.0 if in_task is None else float(in_task["seconds"]))
+        trained = time.perf_counter()
+        self._task_seconds = trained - t0 + (0.0 if in_task is None else float(in_task["seconds"]))
         # The task is finished once its checkpoint is on disk: an interruption from here on
         # costs only the evaluation below, which a resume runs again.
         self._save_checkpoint(i)
         self._store_trained(i, start, end, curve)
         self.files.in_task.unlink(missing_ok=True)  # the task's own checkpoint supersedes it
         self._evaluate_and_store(i)
-        self._tail_seconds = time.perf_counter() - t0 - self._task_seconds
+        self._tail_seconds = time.perf_counter() - trained  # a resumed task's earlier seconds are not in it
 
     def _record_in_task(self, task_start: int, step: int) -> None:
         """results.json says how far the unfinished task got (its last in-task checkpoint)."""
