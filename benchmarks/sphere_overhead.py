@@ -18,6 +18,8 @@ Variants:
 - ``sphere (adaptive lambda)``: the paper default (App. A.3): also the gradient norm of the
   penalty over the actor, i.e. one more backward through the actor per minibatch;
 - ``sphere (adaptive, ratio_every=8)``: the gradient-norm ratio refreshed every 8 minibatches;
+- ``sphere (loss_ratio, rho=0.05)``: the SPHERE authors' default rule, lambda = rho*|L_actor|/L_SPHERE
+  (no gradient norms, so no extra backward);
 - ``naive feature Gram``: A = Phi^T Phi / N on the dense Phi (m = E*256 >> N), for reference;
 - ``naive per-expert loop``: sample Gram with one autograd product per expert, for reference.
 
@@ -82,6 +84,7 @@ def make_update(policy: MoEActorCriticPolicy, data: dict[str, torch.Tensor]) -> 
         "fixed": Sphere(rho=1e-3, coef_mode="fixed"),
         "adaptive": Sphere(rho=0.1),
         "adaptive8": Sphere(rho=0.1, ratio_every=8),
+        "loss_ratio": Sphere(rho=0.05, coef_mode="loss_ratio"),
     }
     learners = {name: _Learner(policy, [reg]) for name, reg in regs.items()}
     learners["none"] = _Learner(policy, [])
@@ -140,6 +143,7 @@ LEARNER_VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "fixed": ("sphere", ("reg.sphere.coef_mode=fixed",)),
     "adaptive": ("sphere", ()),
     "adaptive8": ("sphere", ("reg.sphere.ratio_every=8",)),
+    "loss_ratio": ("sphere", ("reg.sphere.coef_mode=loss_ratio", "reg.sphere.rho=0.05")),
 }
 
 
@@ -188,6 +192,7 @@ LABELS = {
     "fixed": "sphere (fixed lambda)",
     "adaptive": "sphere (adaptive lambda, default)",
     "adaptive8": "sphere (adaptive, ratio_every=8)",
+    "loss_ratio": "sphere (loss_ratio, rho=0.05)",
     "feature": "naive feature-space Gram (m x m)",
     "loop": "naive per-expert loop, sample space",
 }
@@ -210,7 +215,7 @@ def main() -> None:
             print(f"  {LABELS[v]:<40s} {ratio:.3f}x")
     print(f"2. bare minibatch: forward, backward, optimizer step, batch {N}, MoE actor 3x256 K=2, dense critic")
     for e in args.experts:
-        variants = ["fixed", "adaptive", "adaptive8", "loop"]
+        variants = ["fixed", "adaptive", "adaptive8", "loss_ratio", "loop"]
         med = bench(e, args.rounds if e <= 40 else max(10, args.rounds // 2), variants)
         if e <= 40:  # the m x m Gram is too slow for large E; timed apart so its memory churn stays out
             med.update(bench(e, 5, ["feature"]))
