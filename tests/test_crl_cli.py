@@ -250,6 +250,8 @@ BAD_INPUTS = [
     (["--set", "ppo.batch_size=1"], "ppo.batch_size must be >= 2"),
     (["--set", "ppo.n_steps=1", "--set", "ppo.n_envs=1"], "ppo.n_envs * ppo.n_steps must be >= 2"),
     (["--seed", "4294967296"], "--seed must be in 0..42948"),
+    (["--set", "net.init=xavier"], "unknown init 'xavier'; valid choices: orthogonal, lecun"),
+    (["--method", "soft", "--set", "net.init=lecun"], "valid kinds for it: topk, ds, dense_moe, expert_choice, mlp"),
     (["--steps-per-task", "1000000000000"], "--steps-per-task must be in 1..100,000,000"),
 ]
 

@@ -10,6 +10,7 @@ from torch import nn
 from rl_moe.nn.companions import SDMoE, SSMoE
 from rl_moe.nn.config import NetConfig
 from rl_moe.nn.dsc import DSCNet
+from rl_moe.nn.init import INITS
 from rl_moe.nn.moe import DenseMLP, DSMoE, RoutedMoE, SoftMoE
 from rl_moe.nn.routing import ROUTERS
 from rl_moe.nn.specnorm import spectral_normalize
@@ -34,10 +35,13 @@ def build_network(in_dim: int, out_dim: int, cfg: NetConfig | None = None, out_g
     :param out_dim: output width (action dim, or 1)
     :param cfg: architecture; ``overrides`` replace its fields (e.g. ``kind="mlp"``); with
         ``spectral_norm`` the hidden layers are parametrized after their initialisation
-    :param out_gain: orthogonal init gain of the output heads
+    :param out_gain: orthogonal init gain of the output heads (``init="orthogonal"`` only)
     """
     cfg = NetConfig(**{**(cfg.to_dict() if cfg else {}), **overrides})
     net = NETWORKS[cfg.kind](in_dim, out_dim, cfg, out_gain)
+    scheme = INITS[cfg.init].apply
+    if scheme is not None:
+        scheme(net)
     if cfg.spectral_norm:
         spectral_normalize(net)
     return net

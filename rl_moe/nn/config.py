@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from rl_moe.nn.init import INITS
 from rl_moe.nn.routing import ROUTERS
 
 #: Kinds that route through no :data:`~rl_moe.nn.routing.ROUTERS` entry: SoftMoE mixes slots, DSC
@@ -44,6 +45,8 @@ class NetConfig:
     :param ssmoe_top_c: ``ssmoe`` eigenvectors averaged into each expert's embedding (top-c).
     :param spectral_norm: every hidden layer is W / sigma_max(W) (Miyato et al. 2018): expert layers
         but the heads, and the gate body (:mod:`rl_moe.nn.specnorm`).
+    :param init: weight initialisation, a key of :data:`rl_moe.nn.init.INITS`: ``orthogonal`` (the
+        SB3 convention, each network's own) or ``lecun`` (Flax's default, as the SPHERE authors' code)
     """
 
     kind: str = "topk"
@@ -65,12 +68,18 @@ class NetConfig:
     ssmoe_alpha: float = 0.7
     ssmoe_top_c: int = 2
     spectral_norm: bool = False
+    init: str = "orthogonal"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
         object.__setattr__(self, "gate_hidden", tuple(int(h) for h in self.gate_hidden))
         if self.kind not in NETWORK_KINDS:
             raise ValueError(f"unknown network kind {self.kind!r}; valid choices: {', '.join(NETWORK_KINDS)}")
+        if self.init not in INITS:
+            raise ValueError(f"unknown init {self.init!r}; valid choices: {', '.join(INITS)}")
+        kinds = INITS[self.init].kinds
+        if kinds is not None and self.kind not in kinds:
+            raise ValueError(f"init {self.init!r} does not cover network kind {self.kind!r}; valid kinds for it: {', '.join(kinds)}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {self.activation!r}; valid choices: {', '.join(ACTIVATIONS)}")
         if self.n_experts < 1:
