@@ -14,7 +14,7 @@ import torch
 from stable_baselines3.common.env_util import make_vec_env
 
 from rl_moe.algos import MoEPPO
-from rl_moe.algos import update as fast_module
+from rl_moe.algos import graphs as graphs_module
 from rl_moe.algos import rollout as rollout_module
 from rl_moe.policies import MoEActorCriticPolicy
 from rl_moe.regularizers import Sphere
@@ -69,17 +69,17 @@ def test_update_graph_checks_its_first_replay(faithful: bool, monkeypatch: pytes
     reference.learn(128)  # eager fast update: the weights every faithful path must reach
     model = _ppo()
     updater = model._fast_updater()
-    updater.static, updater.cuda_graphs = True, True  # the CUDA path, on a CPU
-    monkeypatch.setattr(fast_module, "capture", fake_capture(None if faithful else _shift_weights(model)))
+    updater.static, updater.graphed.enabled = True, True  # the CUDA path, on a CPU
+    monkeypatch.setattr(graphs_module, "capture", fake_capture(None if faithful else _shift_weights(model)))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model.learn(128)
     messages = [str(w.message) for w in caught if "first replay" in str(w.message)]
     if faithful:
-        assert not messages and updater.cuda_graphs and updater._verified == {32}
+        assert not messages and updater.graphed.enabled and updater.graphed.verified == {32}
     else:
         assert len(messages) == 1 and "PPO update" in messages[0]
-        assert not updater.cuda_graphs and not updater.graphs
+        assert not updater.graphed.enabled and not updater.graphed.graphs
     # Either way the update equals the eager one: the broken replay was undone.
     for a, b in zip(reference.policy.parameters(), model.policy.parameters()):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)

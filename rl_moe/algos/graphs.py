@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import warnings
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 
@@ -80,3 +80,104 @@ def replay_mismatch(replayed: list[torch.Tensor], eager: list[torch.Tensor]) -> 
 def replay_failed(what: str, diff: float) -> None:
     """Say that ``what`` runs without graphs because its first replay disagreed with eager."""
     warnings.warn(f"CUDA graph of the {what} disagreed with an eager call on its first replay (max |difference| {diff:.3g}); it runs without graphs", stacklevel=3)
+
+
+class StateOps(NamedTuple):
+    """How a :class:`GraphedStep` saves and restores everything its step writes."""
+
+    snapshot: Callable[[], Any]  # copies of every tensor the step writes
+    restore: Callable[[Any], None]  # puts a snapshot back
+    outputs: Callable[[], list[torch.Tensor]]  # what a replay is compared on (e.g. the weights)
+
+
+class GraphedStep:
+    """``step(index)`` replayed from a CUDA graph per index length, or called eagerly.
+
+    A wrapper around the eager step, not a second implementation: it captures ``step`` itself (on a
+    copy of the index, which each replay refills), undoes what the capture's warm-up calls did,
+    checks each graph's first replay against an eager call from the same state, and from the first
+    refused capture or mismatch on calls ``step`` eagerly, with one warning.
+
+    :param what: the step's name in warnings ("PPO update")
+    :param step: the eager step on a device index tensor
+    :param state: save, restore and compare what the step writes
+    :param key: what a graph bakes in (hyperparameters, object identities); a change recaptures
+    :param before_capture: called before each capture (drops tensors a capture must not see)
+    :param enabled: False: always eager
+    """
+
+    def __init__(
+        self,
+        what: str,
+        step: Callable[[torch.Tensor], None],
+        state: StateOps,
+        key: Callable[[], tuple[Any, ...]],
+        before_capture: Callable[[], None] = lambda: None,
+        enabled: bool = True,
+    ) -> None:
+        self.what, self.step, self.state, self.key, self.before_capture = what, step, state, key, before_capture
+        self.enabled = enabled
+        self.graphs: dict[int, tuple[Any, torch.Tensor]] = {}  # index length -> (graph, its index buffer)
+        self.verified: set[int] = set()  # index lengths whose graph passed its first-replay check
+        self._key: tuple[Any, ...] | None = None
+
+    def __call__(self, index: torch.Tensor) -> None:
+        if not self.enabled:
+            self.step(index)
+            return
+        key = self.key()
+        if key != self._key:
+            self.graphs.clear()
+            self.verified.clear()
+            self._key = key
+        size = index.shape[0]
+        if size not in self.graphs:
+            try:
+                self.graphs[size] = self._capture(index)
+            except RuntimeError as exc:  # an op the capture refuses: run eagerly from now on
+                capture_failed(self.what, exc)
+                self._disable()
+                self.step(index)
+                return
+        graph, buffer = self.graphs[size]
+        if size not in self.verified:
+            self._first_replay(graph, buffer, index)
+            return
+        buffer.copy_(index)
+        graph.replay()
+
+    def _capture(self, index: torch.Tensor) -> tuple[Any, torch.Tensor]:
+        """Warm up on a side stream, capture the step, then undo the warm-up's effects (capturing
+        records kernels without running them; the warm-up calls did run)."""
+        saved = self.state.snapshot()
+        buffer = index.clone()
+        self.before_capture()
+        try:
+            graph, _ = capture(lambda: self.step(buffer), index.device)
+        finally:
+            self.state.restore(saved)
+        return graph, buffer
+
+    def _first_replay(self, graph: Any, buffer: torch.Tensor, index: torch.Tensor) -> None:
+        """Replay a new graph once against an eager step from the same state; on a mismatch keep
+        the eager step and stop using graphs. A GPU is rarely at hand to test on, so a graph
+        checks itself where it runs."""
+        saved = self.state.snapshot()
+        self.step(index)
+        eager = [t.clone() for t in self.state.outputs()]
+        self.state.restore(saved)
+        buffer.copy_(index)
+        graph.replay()
+        diff = replay_mismatch(self.state.outputs(), eager)
+        if diff is None:
+            self.verified.add(index.shape[0])
+            return
+        replay_failed(self.what, diff)
+        self.state.restore(saved)
+        self.step(index)
+        self._disable()
+
+    def _disable(self) -> None:
+        self.enabled = False
+        self.graphs.clear()
+        self.verified.clear()

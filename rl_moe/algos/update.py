@@ -21,7 +21,8 @@ per epoch). The minibatches come from one of two sources:
 ``MoEPPO(..., fast_update="auto")`` takes the device source on CUDA when everything in the update
 supports it (:func:`unsupported_reason`) and SB3's otherwise; ``"on"`` also takes it on a CPU
 (eagerly, without graphs), ``"off"`` never. A CUDA graph wraps the same minibatch step
-(:meth:`PPOUpdate.step`); it is not a second implementation.
+(:class:`~rl_moe.algos.graphs.GraphedStep` around :meth:`PPOUpdate.step_index`); it is not a second
+implementation.
 
 ``target_kl`` stops after the epoch whose mean KL exceeds 1.5 x ``target_kl``. SB3 stops in the
 middle of that epoch, before the minibatch that exceeded it, which needs a host read per
@@ -33,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from stable_baselines3.common.buffers import RolloutBuffer
@@ -43,7 +44,7 @@ from stable_baselines3.common.utils import explained_variance
 from torch import Tensor
 
 from rl_moe.algos.common import DeviceTermLog
-from rl_moe.algos.graphs import capture, capture_failed, replay_failed, replay_mismatch
+from rl_moe.algos.graphs import GraphedStep, StateOps
 from rl_moe.algos.learner import PPOLearner
 from rl_moe.algos.ppo_loss import ppo_losses
 from rl_moe.algos.rollout import DeviceRolloutBuffer
@@ -136,11 +137,6 @@ def weight_change(before: list[Tensor], after: Any) -> float:
     return float(diff / grads_norm(before).clamp_min(1e-12))
 
 
-class _Graph(NamedTuple):
-    graph: Any  # torch.cuda.CUDAGraph
-    index: Tensor  # (B,) the captured minibatch index buffer
-
-
 class PPOUpdate:
     """The update of one :class:`~rl_moe.algos.MoEPPO` learner (see the module docstring).
 
@@ -168,9 +164,11 @@ class PPOUpdate:
         #: Minibatch order of an epoch: (rows, device) -> (rows,) long on the device. Tests swap in
         #: SB3's numpy permutation to compare with SB3's minibatches one by one.
         self.permutation = lambda n, device: torch.randperm(n, device=device)
-        self.graphs: dict[int, _Graph] = {}
-        self._verified: set[int] = set()  # minibatch sizes whose graph passed its first-replay check
-        self._graph_key: tuple[Any, ...] | None = None
+        #: The minibatch step on device indices, replayed from CUDA graphs where they run.
+        self.graphed = GraphedStep(
+            "PPO update", self.step_index, StateOps(self._snapshot, self._restore, self._weights), self._current_key,
+            before_capture=lambda: _forget_distribution(algo.policy), enabled=self.cuda_graphs,
+        )  # fmt: skip
         if self.cuda_graphs:
             self._make_capturable()
 
@@ -225,54 +223,11 @@ class PPOUpdate:
 
     def _run_minibatch(self, batch: Tensor | RolloutBufferSamples, host_clip: tuple[float, float | None]) -> None:
         """One step on SB3's samples (with the clip ranges as floats, as SB3 passes them) or on
-        device row indices (eager, or replayed from the minibatch's CUDA graph)."""
-        if not isinstance(batch, Tensor):
+        device row indices (:attr:`graphed`: eager, or replayed from the minibatch's CUDA graph)."""
+        if isinstance(batch, Tensor):
+            self.graphed(batch)
+        else:
             self.step(batch, *host_clip, sync_free=False)
-            return
-        index = batch
-        if not self.cuda_graphs:
-            self.step_index(index)
-            return
-        key = self._current_key()
-        if key != self._graph_key:
-            self.graphs.clear()
-            self._verified.clear()
-            self._graph_key = key
-        size = index.shape[0]
-        if size not in self.graphs:
-            try:
-                self.graphs[size] = self._capture(index)
-            except RuntimeError as exc:  # an op the capture refuses: run this learner eagerly
-                capture_failed("PPO update", exc)
-                self.cuda_graphs = False
-                self.step_index(index)
-                return
-        g = self.graphs[size]
-        if size not in self._verified:
-            self._first_replay(g, index)
-            return
-        g.index.copy_(index)
-        g.graph.replay()
-
-    def _first_replay(self, g: _Graph, index: Tensor) -> None:
-        """Replay a new graph once against an eager step from the same state (weights, Adam
-        state, statistics): on a mismatch keep the eager step and drop graphs, with one warning.
-        A GPU is rarely at hand to test on, so a graph checks itself where it runs."""
-        saved = self._snapshot()
-        self.step_index(index)
-        eager = [p.detach().clone() for p in self.algo.policy.parameters()]
-        self._restore(saved)
-        g.index.copy_(index)
-        g.graph.replay()
-        diff = replay_mismatch([p.detach() for p in self.algo.policy.parameters()], eager)
-        if diff is None:
-            self._verified.add(index.shape[0])
-            return
-        replay_failed("PPO update", diff)
-        self._restore(saved)
-        self.step_index(index)
-        self.cuda_graphs = False
-        self.graphs.clear()
 
     def step_index(self, index: Tensor) -> None:
         """:meth:`step` on the rows ``index`` (a device tensor) of the device rollout, with the
@@ -301,7 +256,7 @@ class PPOUpdate:
             self.stats.add_(torch.cat([torch.stack(terms).detach(), norms.detach().to(self.stats.dtype)]))
             self.total.copy_(total)
 
-    # --- CUDA graphs --------------------------------------------------------------------------
+    # --- CUDA graphs (:attr:`graphed` captures :meth:`step_index`) ------------------------------
 
     def _current_key(self) -> tuple[Any, ...]:
         """What a captured graph bakes in: when any of it changes, the graphs are captured again."""
@@ -331,42 +286,32 @@ class PPOUpdate:
             else:
                 group["lr"] = lr
 
-    def _capture(self, index: Tensor) -> _Graph:
-        """Warm up on a side stream, capture :meth:`step`, then undo the warm-up's effects.
-
-        Capturing records kernels without running them; the warm-up steps did run, so weights,
-        Adam state and statistics are restored to what they were before.
-        """
-        saved = self._snapshot()
-        static_index = index.clone()
-        _forget_distribution(self.algo.policy)
-        try:
-            graph, _ = capture(lambda: self.step_index(static_index), self.device)
-        finally:
-            self._restore(saved)
-        return _Graph(graph, static_index)
-
-    def _snapshot(self) -> list[tuple[Tensor, Tensor | None]]:
-        """(live tensor, copy) of every tensor a step writes; None copies mean 'was absent: zero it'."""
+    def _snapshot(self) -> tuple[list[tuple[Tensor, Tensor]], list[Tensor]]:
+        """(live tensor, copy) of every tensor a step writes, and the parameters without Adam
+        state yet (a step creates theirs; restoring zeroes it, as a fresh Adam state is)."""
         opt = self.algo.policy.optimizer
         live: list[Tensor] = [p.data for p in self.algo.policy.parameters()]
         live += [self.stats, self.kl, self.total, *self.terms.sums.values()]
-        pairs: list[tuple[Tensor, Tensor | None]] = [(t, t.detach().clone()) for t in live]
-        self._fresh_params = [p for p in self.algo.policy.parameters() if p not in opt.state or not opt.state[p]]
+        pairs = [(t, t.detach().clone()) for t in live]
         pairs += [(v, v.detach().clone()) for s in opt.state.values() for v in s.values() if isinstance(v, Tensor)]
-        return pairs
+        fresh = [p for p in self.algo.policy.parameters() if p not in opt.state or not opt.state[p]]
+        return pairs, fresh
 
-    def _restore(self, saved: list[tuple[Tensor, Tensor | None]]) -> None:
+    def _restore(self, saved: tuple[list[tuple[Tensor, Tensor]], list[Tensor]]) -> None:
+        pairs, fresh = saved
         with torch.no_grad():
-            for live, copy in saved:
+            for live, copy in pairs:
                 live.copy_(copy)
-            # Adam state created by the warm-up: a fresh Adam state is all zeros.
             opt = self.algo.policy.optimizer
-            for p in self._fresh_params:
+            for p in fresh:
                 for v in opt.state.get(p, {}).values():
                     if isinstance(v, Tensor):
                         v.zero_()
             self.terms.zero_()
+
+    def _weights(self) -> list[Tensor]:
+        """What a replay is checked on: the policy's weights after the step."""
+        return [p.detach() for p in self.algo.policy.parameters()]
 
     # --- logging ------------------------------------------------------------------------------
 
