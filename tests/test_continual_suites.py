@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import dataclasses
 import importlib.util
 import json
@@ -359,25 +361,33 @@ def test_run_config_sections_are_the_settable_sections_and_pick_the_learners():
     assert dataclasses.replace(cfg, algo="ppo").learner_settings is cfg.ppo
 
 
-def _reward_after_one_still_step(reward_version: str | None) -> tuple[float, gym.Env]:
+def _reward_after_one_still_step(reward_version: str | None, probe: Callable[[gym.Env], float] | None = None) -> tuple[float, float | None]:
+    """hammer-v3's reward after one zero action, and ``probe(env)`` read then; the env is closed."""
     from rl_moe.envs.suite_spec import TaskSpec
 
     params = {} if reward_version is None else {"reward_version": reward_version}
     suite = load_suite("cw10")
     env = EnvFactory(suite.family, TaskSpec("hammer-v3", params=params), suite.episode_length, suite.success_type, seed=3)()
-    env.reset()
-    _, reward, *_ = env.step(np.zeros(4, dtype=np.float32))
-    return float(reward), env
+    try:
+        env.reset()
+        _, reward, *_ = env.step(np.zeros(4, dtype=np.float32))
+        return float(reward), None if probe is None else probe(env)
+    finally:
+        env.close()
+
+
+def _reach(env: gym.Env) -> float:
+    """Distance from the fingertips' midpoint to the hammer handle."""
+    base = env.unwrapped
+    fingers = (base._get_site_pos("rightEndEffector") + base._get_site_pos("leftEndEffector")) / 2
+    return float(np.linalg.norm(base._get_pos_objects()[:3] - fingers))
 
 
 def test_metaworld_reward_version_picks_the_reward_the_agent_sees() -> None:
     # hammer's v1 reward for a hand away from the handle is minus the handle-to-fingertips
     # distance (no pick, no hammer term); v2 pays grab and the at-rest "lifted" share instead.
-    v1, env = _reward_after_one_still_step("v1")
-    base = env.unwrapped
-    fingers = (base._get_site_pos("rightEndEffector") + base._get_site_pos("leftEndEffector")) / 2
-    reach = float(np.linalg.norm(base._get_pos_objects()[:3] - fingers))
-    assert reach > 0.1 and v1 == pytest.approx(-reach, abs=1e-6)
+    v1, reach = _reward_after_one_still_step("v1", _reach)
+    assert reach is not None and reach > 0.1 and v1 == pytest.approx(-reach, abs=1e-6)
     v2, _ = _reward_after_one_still_step(None)
     assert v2 > 0.1  # grab and the at-rest "lifted" share: positive where v1 is negative
     assert _reward_after_one_still_step("v2")[0] == pytest.approx(v2)
