@@ -47,7 +47,7 @@ from rl_moe.cli import EXIT_INTERRUPTED, EXIT_USAGE, UsageParser  # noqa: E402
 from rl_moe.continual.config import OVERRIDE_PRESETS, RunConfig  # noqa: E402
 from rl_moe.continual.learners import LEARNERS, get_learner  # noqa: E402
 from rl_moe.continual.methods import METHODS  # noqa: E402
-from rl_moe.continual.resolve import DEVICES, RunRequest, check_reference, resolve  # noqa: E402
+from rl_moe.continual.resolve import DEVICES, RunRequest, check_reference, resolve, rules_tag  # noqa: E402
 from rl_moe.continual.resume import check_flags_match, check_resumable, load_run, with_overrides  # noqa: E402
 from rl_moe.continual.scheduler import ContinualScheduler  # noqa: E402
 from rl_moe.envs.factories import set_pool_threads  # noqa: E402
@@ -105,7 +105,7 @@ def _listing() -> str:
 
 
 def _new_run_dir(cfg: RunConfig, out: str) -> Path:
-    base = Path(out) / cfg.suite_name / f"{cfg.algo}-{cfg.method}-{cfg.protocol}-s{cfg.seed}-{cfg.created}"
+    base = Path(out) / cfg.suite_name / f"{cfg.algo}-{cfg.method}-{cfg.protocol}{rules_tag(cfg)}-s{cfg.seed}-{cfg.created}"
     path, n = base, 1
     while path.exists():  # two runs started in the same second
         path, n = base.with_name(f"{base.name}-{n}"), n + 1

@@ -181,3 +181,30 @@ def test_paper_suite_run_records_its_rules_stages_and_both_views(tmp_path: Path)
     assert {"rollout/final_grasp_success", "rollout/final_in_place_reward", "eval/success_heldout", "train/grad_norm_critic"} <= tags
     ep_len = acc.Scalars("rollout/ep_len_mean")[-1].value
     assert ep_len == 500
+
+
+@pytest.mark.parametrize(
+    ("suite", "sets", "tag"),
+    [
+        ("cw10-paper", (), ""),
+        ("cw10-paper", ("ppo.grad_clip=joint",), "-clip-joint"),
+        ("cw10-paper", ("ppo.grad_clip=separate", "eval.positions=heldout"), "-eval-heldout"),
+        ("cw10", ("ppo.grad_clip=separate",), "-clip-separate"),
+        ("cw10", ("ppo.grad_clip=joint", "eval.positions=heldout"), ""),  # the suite's own rules, named again
+        ("cw10", ("ppo.grad_clip=separate", "eval.positions=train"), "-clip-separate-eval-train"),
+    ],
+)
+def test_a_run_that_changes_its_suites_rules_names_them(suite: str, sets: tuple[str, ...], tag: str, tmp_path: Path) -> None:
+    from rl_moe.continual.resolve import rules_tag
+    from rl_moe.crl import _new_run_dir
+    from rl_moe.sweep import SweepConfig, grid
+
+    cfg = resolve(RunRequest(suite=suite, method="topk", protocol="rl", vec_env="dummy", overrides=sets))
+    assert rules_tag(cfg) == tag
+    assert _new_run_dir(cfg, str(tmp_path)).name.startswith(f"ppo-topk-rl{tag}-s0-")
+    args = tuple(a for s in sets for a in ("--set", s))
+    (trial,) = grid(SweepConfig(suites=(suite,), methods=("topk",), protocols=("rl",), out=tmp_path, crl_args=args))
+    assert trial.run_dir == tmp_path / suite / f"ppo-topk-rl{tag}-s0"
+    # the --set=KEY=VALUE spelling names the same folder
+    (same,) = grid(SweepConfig(suites=(suite,), methods=("topk",), protocols=("rl",), out=tmp_path, crl_args=tuple(f"--set={s}" for s in sets)))
+    assert same.run_dir == trial.run_dir

@@ -212,3 +212,28 @@ def suite_of(cfg: RunConfig) -> Suite:
     """The suite stored in a run's configuration."""
     return suite_from_dict(cfg.suite_data, source=cfg.suite)
 
+
+
+#: The protocol rules a ``--set`` can move away from its suite's, and their names in run folders
+#: (the suite's own rules are named by the suite, whose name is the folder above the run).
+RULE_TAGS: dict[str, str] = {"grad_clip": "clip", "eval_positions": "eval"}
+
+
+def suite_rules(cfg: RunConfig) -> dict[str, Any]:
+    """The rules a run would hold under with no ``--set``: its suite's learner preset and
+    evaluation defaults (what :meth:`RunConfig.rules` reports for an unchanged run)."""
+    suite = suite_of(cfg)
+    preset = learner_presets(cfg.algo).get(suite.presets.get(cfg.algo, DEFAULT_PRESET))
+    return {
+        **cfg.rules(),
+        "grad_clip": getattr(preset, "grad_clip", None),
+        "eval_positions": dict(suite.eval).get("positions", EvalSettings().positions),
+    }
+
+
+def rules_tag(cfg: RunConfig) -> str:
+    """``""`` for a run under its suite's rules, else its overridden rules as ``-clip-joint``,
+    ``-eval-train`` ...: a run that changes the protocol says so in its folder's name, so that
+    two runs of one suite under different rules never share a folder or a name in a table."""
+    ours, theirs = cfg.rules(), suite_rules(cfg)
+    return "".join(f"-{tag}-{ours[key]}" for key, tag in RULE_TAGS.items() if ours[key] != theirs[key])

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
@@ -99,10 +99,30 @@ def suite_label(suite: str) -> str:
     return Path(suite).stem if suite.endswith(".json") else suite
 
 
+def set_overrides(args: Sequence[str]) -> tuple[str, ...]:
+    """The ``--set KEY=VALUE`` strings among a trial's extra ``rl_moe.crl`` arguments."""
+    found = [v for flag, v in zip(args, args[1:]) if flag == "--set"]
+    return tuple(found + [a.split("=", 1)[1] for a in args if a.startswith("--set=")])
+
+
+def trial_rules_tag(suite: str, algo: str, method: str, crl_args: Sequence[str]) -> str:
+    """The run-folder tag of the rules a trial's ``--set`` moves from its suite's
+    (:func:`~rl_moe.continual.resolve.rules_tag`); ``""`` when it does not resolve, for
+    :func:`validate` reports that trial's error itself."""
+    from rl_moe.continual.resolve import RunRequest, resolve, rules_tag  # the CLI's resolver: torch
+
+    try:
+        return rules_tag(resolve(RunRequest(suite=suite, algo=algo, method=method, vec_env="dummy", overrides=set_overrides(crl_args))))
+    except UsageError:
+        return ""
+
+
 def grid(cfg: SweepConfig) -> list[Trial]:
-    """Every grid point in a fixed order (suite, algo, method, protocol, seed)."""
+    """Every grid point in a fixed order (suite, algo, method, protocol, seed); a trial whose
+    ``--set`` changes its suite's rules (clipping, evaluation positions) names them in its folder."""
+    tags = {(s, a, m): trial_rules_tag(s, a, m, cfg.crl_args) for s, a, m in product(cfg.suites, cfg.algos, cfg.methods)}
     return [
-        Trial(s, m, a, p, seed, cfg.out / suite_label(s) / f"{a}-{m}-{p}-s{seed}")
+        Trial(s, m, a, p, seed, cfg.out / suite_label(s) / f"{a}-{m}-{p}{tags[s, a, m]}-s{seed}")
         for s, a, m, p, seed in product(cfg.suites, cfg.algos, cfg.methods, cfg.protocols, cfg.seeds)
     ]
 
