@@ -208,3 +208,11 @@ def test_a_run_that_changes_its_suites_rules_names_them(suite: str, sets: tuple[
     # the --set=KEY=VALUE spelling names the same folder
     (same,) = grid(SweepConfig(suites=(suite,), methods=("topk",), protocols=("rl",), out=tmp_path, crl_args=tuple(f"--set={s}" for s in sets)))
     assert same.run_dir == trial.run_dir
+
+
+def test_td3_runs_have_no_clipping_rule_to_name() -> None:
+    from rl_moe.continual.resolve import rules_tag
+
+    cfg = resolve(RunRequest(suite="cw10-paper", algo="td3", method="topk", vec_env="dummy", overrides=("eval.positions=train",)))
+    assert cfg.rules()["grad_clip"] is None
+    assert rules_tag(cfg) == "-eval-train"

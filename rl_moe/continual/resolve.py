@@ -15,7 +15,7 @@ import torch
 from rl_moe.continual.agents import net_configs_for
 from rl_moe.continual.config import EVAL_POSITIONS, OVERRIDE_PRESETS, EvalSettings, NetSettings, RunConfig, apply_overrides, regularizer_configs
 from rl_moe.continual.intask import CheckpointSettings
-from rl_moe.continual.learners import LEARNERS, check_fast_update, get_learner
+from rl_moe.continual.learners import LEARNERS, PPOConfig, check_fast_update, get_learner
 from rl_moe.continual.methods import get_method
 from rl_moe.continual.presets import learner_presets
 from rl_moe.continual.probe_states import PROBE_POLICIES, default_probe_policy
@@ -223,10 +223,10 @@ def suite_rules(cfg: RunConfig) -> dict[str, Any]:
     """The rules a run would hold under with no ``--set``: its suite's learner preset and
     evaluation defaults (what :meth:`RunConfig.rules` reports for an unchanged run)."""
     suite = suite_of(cfg)
-    preset = learner_presets(cfg.algo).get(suite.presets.get(cfg.algo, DEFAULT_PRESET))
+    preset = learner_presets(cfg.algo)[suite.presets.get(cfg.algo, DEFAULT_PRESET)]  # checked by resolve()
     return {
         **cfg.rules(),
-        "grad_clip": getattr(preset, "grad_clip", None),
+        "grad_clip": preset.grad_clip if isinstance(preset, PPOConfig) else None,
         "eval_positions": dict(suite.eval).get("positions", EvalSettings().positions),
     }
 
