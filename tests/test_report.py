@@ -463,13 +463,24 @@ def test_eval_curve_drops_at_a_task_boundary_instead_of_jumping_back(runs_root: 
 PAPER_RULES = {"episode_length": 500, "task_fields": {"positions": "fixed"}, "grad_clip": "separate", "eval_positions": "both"}
 
 
-def test_runs_of_one_table_must_share_their_protocol(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    write_run(tmp_path / "a", results("topk", "rl", 0, [1.0, 0.5, 0.0], rules=PAPER_RULES))
-    write_run(tmp_path / "a", results("topk", "rl", 1, [1.0, 0.5, 0.0], rules={**PAPER_RULES, "grad_clip": "joint"}))
-    assert main([str(tmp_path / "a"), "--out", str(tmp_path / "o")]) == 2
-    err = capsys.readouterr().err
-    assert "incompatible runs in suite 'smoke'" in err and "joint gradient clipping" in err and "separate gradient clipping" in err
-    assert not (tmp_path / "o").exists()
+def test_runs_of_one_table_must_share_their_protocol(tmp_path: Path) -> None:
+    # Same suite, method and seed, two clipping rules (a --set beside the suite's own): two
+    # tables, each naming the rule that sets it apart, and neither seed dropped as a duplicate.
+    write_run(tmp_path / "a", results("topk", "rl", 0, [1.0, 1.0, 1.0], rules=PAPER_RULES))
+    write_run(tmp_path / "a" / "joint", results("topk", "rl", 0, [0.0, 0.0, 0.0], rules={**PAPER_RULES, "grad_clip": "joint"}))
+    write_run(tmp_path / "a" / "old", results("topk", "rl", 1, [0.0, 1.0, 0.0]))  # written before rules were recorded
+    runset = load_runs([tmp_path / "a"])
+    assert not runset.dropped
+    own = {key.suite: [r.own for r in runs] for key, runs in runset.groups.items()}
+    assert own == {
+        "smoke [separate gradient clipping]": [(1.0, 1.0, 1.0)],
+        "smoke [joint gradient clipping]": [(0.0, 0.0, 0.0)],
+        "smoke [rules not recorded]": [(0.0, 1.0, 0.0)],
+    }
+    assert main([str(tmp_path / "a"), "--out", str(tmp_path / "o")]) == 0
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert md.count("Protocol: 500-step episodes, positions fixed, ") == 2 and "Protocol: rules not recorded" in md
+    assert md.index("## smoke [joint gradient clipping] / ppo") < md.index("joint gradient clipping, evaluated on both")
     write_run(tmp_path / "b", results("topk", "rl", 0, [1.0, 0.5, 0.0], rules=PAPER_RULES))
     write_run(tmp_path / "b", results("sphere", "rl", 0, [1.0, 0.5, 0.0], rules=PAPER_RULES))
     assert main([str(tmp_path / "b"), "--out", str(tmp_path / "o2")]) == 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -156,16 +156,44 @@ def parse_results(data: Any, path: Path) -> Run:
     )
 
 
+def _rule_parts(rules: dict[str, Any]) -> dict[str, str]:
+    """Each recorded rule as the words the report prints for it."""
+    parts = {"episode_length": f"{rules.get('episode_length')}-step episodes"}
+    parts.update({f"task_fields.{k}": f"{k} {v}" for k, v in sorted((rules.get("task_fields") or {}).items())})
+    if rules.get("grad_clip"):
+        parts["grad_clip"] = f"{rules['grad_clip']} gradient clipping"
+    parts["eval_positions"] = f"evaluated on {rules.get('eval_positions')} positions"
+    return parts
+
+
+def split_by_rules(runs: list[Run]) -> list[Run]:
+    """One table per protocol: runs of a suite and learner that ran under different rules (a
+    ``--set ppo.grad_clip=joint`` beside the suite's own, or runs from before a rule was recorded)
+    go into groups of their own, each named by the suite and the rules that set it apart
+    (``paper-hammer [joint gradient clipping]``), so no table ever mixes protocols."""
+    sets: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        seen = sets.setdefault((r.key.suite, r.key.algo), [])
+        if r.rules not in seen:
+            seen.append(r.rules)
+    out = []
+    for r in runs:
+        seen = sets[(r.key.suite, r.key.algo)]
+        if len(seen) > 1:
+            ours = _rule_parts(r.rules) if r.rules else {"rules": "rules not recorded"}
+            others = [_rule_parts(o) for o in seen if o and o != r.rules]  # an unrecorded set stands apart anyway
+            apart = [text for key, text in ours.items() if any(o.get(key) != text for o in others)]
+            apart = apart or list(ours.values())  # the others only add a rule: name all of ours
+            r = replace(r, key=replace(r.key, suite=f"{r.key.suite} [{', '.join(apart)}]"))
+        out.append(r)
+    return out
+
+
 def describe_rules(rules: dict[str, Any]) -> str:
     """One line naming a run's protocol (``results.json``'s ``rules``)."""
     if not rules:
         return "rules not recorded (results.json written before it held them)"
-    parts = [f"{rules.get('episode_length')}-step episodes"]
-    parts += [f"{k} {v}" for k, v in sorted((rules.get("task_fields") or {}).items())]
-    if rules.get("grad_clip"):
-        parts.append(f"{rules['grad_clip']} gradient clipping")
-    parts.append(f"evaluated on {rules.get('eval_positions')} positions")
-    return ", ".join(parts)
+    return ", ".join(_rule_parts(rules).values())
 
 
 def find_results(paths: list[Path]) -> list[Path]:
@@ -233,13 +261,7 @@ def load_runs(paths: list[Path]) -> RunSet:
             raise ReportError(
                 f"incompatible runs in suite {r.key.suite!r}: {r.path} has steps_per_task {r.steps_per_task} but {ref.path} has {ref.steps_per_task}"
             )
-    by_learner: dict[tuple[str, str], Run] = {}
-    for r in runs:  # one table per (suite, algo): its runs must share the protocol
-        ref = by_learner.setdefault((r.key.suite, r.key.algo), r)
-        if r.rules != ref.rules:
-            raise ReportError(
-                f"incompatible runs in suite {r.key.suite!r}: {r.path} ran under {describe_rules(r.rules)} but {ref.path} under {describe_rules(ref.rules)}"
-            )
+    runs = split_by_rules(runs)
     chosen: dict[tuple[RunKey, int], Run] = {}
     dropped = []
     for r in sorted(runs, key=_preference, reverse=True):
