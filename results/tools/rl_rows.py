@@ -5,7 +5,7 @@ end, the first rollout where it reached 0.5, and the periodic evaluation's curve
 
 Training success is SB3's ``rollout/success_rate`` (the share of the last 100 finished training
 episodes with a success), logged once per rollout; the curve is ``eval/success`` at each evaluation
-(the suite's evaluation positions). Works on collected runs (results/) and on run folders alike.
+(the suite's evaluation positions), and the end-of-task evaluation from ``results.json``. Works on collected runs (results/) and on run folders alike.
 """
 
 from __future__ import annotations
@@ -39,6 +39,19 @@ def row(run: Path) -> dict[str, object]:
         "train_success_peak": round(max(v for _, v in train), 2) if train else None,
         "first_step_train_success_0.5": first,
         "eval_curve": [(step, round(value, 2)) for step, value in curve],
+        **final_eval(run),
+    }
+
+
+def final_eval(run: Path) -> dict[str, object]:
+    """The end-of-task evaluation from ``results.json`` (its last curve point): success on the
+    suite's evaluation positions, and on held-out ones and at the last step where recorded."""
+    data = json.loads((run / "results.json").read_text())
+    (curve,) = data["eval_curves"].values()  # single-task runs
+    views = ("success", "success_heldout", "success_last", "success_last_heldout")
+    return {
+        "eval_positions": (data.get("rules") or {}).get("eval_positions"),
+        **{f"final_{v}": round(curve[v][-1], 2) for v in views if curve.get(v)},
     }
 
 
@@ -51,7 +64,8 @@ def main() -> None:
     for r in rows:
         curve = " ".join(f"{v:.1f}" for _, v in r["eval_curve"])  # type: ignore[union-attr]
         print(f"{r['run']}: training success {r['train_success_end']} (peak {r['train_success_peak']}), "
-              f"first >= 0.5 at {r['first_step_train_success_0.5']}; eval curve {curve}")  # fmt: skip
+              f"first >= 0.5 at {r['first_step_train_success_0.5']}; eval curve {curve}; "
+              f"end of task ({r['eval_positions']}): " + " ".join(f"{k[6:]} {v}" for k, v in r.items() if k.startswith("final_")))  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
 
