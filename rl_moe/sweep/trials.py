@@ -112,7 +112,8 @@ def trial_rules_tag(suite: str, algo: str, method: str, crl_args: Sequence[str])
     from rl_moe.continual.resolve import RunRequest, resolve, rules_tag  # the CLI's resolver: torch
 
     try:
-        return rules_tag(resolve(RunRequest(suite=suite, algo=algo, method=method, vec_env="dummy", overrides=set_overrides(crl_args))))
+        preset = next((v for flag, v in zip(crl_args, crl_args[1:]) if flag == "--preset"), None)
+        return rules_tag(resolve(RunRequest(suite=suite, algo=algo, method=method, vec_env="dummy", preset=preset, overrides=set_overrides(crl_args))))
     except UsageError:
         return ""
 
