@@ -210,6 +210,17 @@ def test_a_run_that_changes_its_suites_rules_names_them(suite: str, sets: tuple[
     assert same.run_dir == trial.run_dir
 
 
+def test_the_sweeps_rules_tag_reads_flags_in_command_line_order(tmp_path: Path) -> None:
+    from rl_moe.sweep import SweepConfig, grid
+
+    # The later --set wins, as in the CLI, whichever spelling each uses.
+    args = ("--set=ppo.grad_clip=joint", "--set", "ppo.grad_clip=separate")
+    (trial,) = grid(SweepConfig(suites=("cw10-paper",), methods=("topk",), protocols=("rl",), out=tmp_path, crl_args=args))
+    assert trial.run_dir.name == "ppo-topk-rl-s0"
+    (trial,) = grid(SweepConfig(suites=("cw10-paper",), methods=("topk",), protocols=("rl",), out=tmp_path, crl_args=("--set", "ppo.grad_clip=separate", "--set=ppo.grad_clip=joint")))
+    assert trial.run_dir.name == "ppo-topk-rl-clip-joint-s0"
+
+
 def test_td3_runs_have_no_clipping_rule_to_name() -> None:
     from rl_moe.continual.resolve import rules_tag
 

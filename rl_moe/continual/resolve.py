@@ -136,6 +136,13 @@ def check_suite_settings(suite: Suite) -> None:
     check_keys(suite.regularizers, REGISTRY, "regularizer", f" in the regularizers{where}")
 
 
+def suite_preset(suite: Suite, algo: str) -> Any:
+    """The settings section a suite names for a learner (:data:`DEFAULT_PRESET` where it names
+    none or, for a learner other than the run's, one that learner lacks)."""
+    choices = learner_presets(algo)
+    return choices.get(suite.presets.get(algo, DEFAULT_PRESET), choices[DEFAULT_PRESET])
+
+
 def resolve(req: RunRequest) -> RunConfig:
     """Validate ``req`` completely and return the resolved, frozen run configuration."""
     suite = load_suite(req.suite)
@@ -162,8 +169,7 @@ def resolve(req: RunRequest) -> RunConfig:
         raise UsageError(f"suite {suite.name!r} names unknown {algo} preset {preset!r}; valid choices: {', '.join(presets)}")
     sections: dict[str, Any] = {"net": NetSettings(kind=method.kind), "eval": EvalSettings(), "probe": ProbeConfig(), "checkpoint": CheckpointSettings()}
     for other in LEARNERS.values():  # every learner's section is stored; the run's is used
-        choices = learner_presets(other.name)
-        sections[other.name] = choices.get(suite.presets.get(other.name, DEFAULT_PRESET), choices[DEFAULT_PRESET])
+        sections[other.name] = suite_preset(suite, other.name)
     settings = {k: dict(v) for k, v in spec.regularizer_defaults.items()}
     for name, kwargs in suite.regularizers.items():
         settings[name] = {**settings.get(name, {}), **kwargs}
@@ -213,7 +219,6 @@ def suite_of(cfg: RunConfig) -> Suite:
     return suite_from_dict(cfg.suite_data, source=cfg.suite)
 
 
-
 #: The protocol rules a ``--set`` can move away from its suite's, and their names in run folders
 #: (the suite's own rules are named by the suite, whose name is the folder above the run).
 RULE_TAGS: dict[str, str] = {"grad_clip": "clip", "eval_positions": "eval"}
@@ -223,7 +228,7 @@ def suite_rules(cfg: RunConfig) -> dict[str, Any]:
     """The rules a run would hold under with no ``--set``: its suite's learner preset and
     evaluation defaults (what :meth:`RunConfig.rules` reports for an unchanged run)."""
     suite = suite_of(cfg)
-    preset = learner_presets(cfg.algo)[suite.presets.get(cfg.algo, DEFAULT_PRESET)]  # checked by resolve()
+    preset = suite_preset(suite, cfg.algo)
     return {
         **cfg.rules(),
         "grad_clip": preset.grad_clip if isinstance(preset, PPOConfig) else None,

@@ -99,10 +99,17 @@ def suite_label(suite: str) -> str:
     return Path(suite).stem if suite.endswith(".json") else suite
 
 
-def set_overrides(args: Sequence[str]) -> tuple[str, ...]:
-    """The ``--set KEY=VALUE`` strings among a trial's extra ``rl_moe.crl`` arguments."""
-    found = [v for flag, v in zip(args, args[1:]) if flag == "--set"]
-    return tuple(found + [a.split("=", 1)[1] for a in args if a.startswith("--set=")])
+def flag_values(args: Sequence[str], flag: str) -> tuple[str, ...]:
+    """The values of ``flag`` among a trial's extra ``rl_moe.crl`` arguments, in either spelling
+    (``--set KEY=VALUE`` or ``--set=KEY=VALUE``), in command-line order, so the last one wins as
+    in the CLI."""
+    values = []
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            values.append(args[i + 1])
+        elif arg.startswith(f"{flag}="):
+            values.append(arg.split("=", 1)[1])
+    return tuple(values)
 
 
 def trial_rules_tag(suite: str, algo: str, method: str, crl_args: Sequence[str]) -> str:
@@ -112,8 +119,9 @@ def trial_rules_tag(suite: str, algo: str, method: str, crl_args: Sequence[str])
     from rl_moe.continual.resolve import RunRequest, resolve, rules_tag  # the CLI's resolver: torch
 
     try:
-        preset = next((v for flag, v in zip(crl_args, crl_args[1:]) if flag == "--preset"), None)
-        return rules_tag(resolve(RunRequest(suite=suite, algo=algo, method=method, vec_env="dummy", preset=preset, overrides=set_overrides(crl_args))))
+        presets = flag_values(crl_args, "--preset")
+        request = RunRequest(suite=suite, algo=algo, method=method, vec_env="dummy", preset=presets[-1] if presets else None, overrides=flag_values(crl_args, "--set"))
+        return rules_tag(resolve(request))
     except UsageError:
         return ""
 
