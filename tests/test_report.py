@@ -486,3 +486,22 @@ def test_runs_of_one_table_must_share_their_protocol(tmp_path: Path) -> None:
     assert main([str(tmp_path / "b"), "--out", str(tmp_path / "o2")]) == 0
     md = (tmp_path / "o2" / "report.md").read_text()
     assert "Protocol: 500-step episodes, positions fixed, separate gradient clipping, evaluated on both positions." in md
+
+
+def test_rerun_removes_only_its_own_stale_figures(tmp_path: Path) -> None:
+    # A second run of a different rule splits the group, so every figure gets a new name: the old
+    # report's figures go, a file the report never drew stays.
+    pytest.importorskip("matplotlib")
+    write_run(tmp_path / "a", results("topk", "rl", 0, [1.0, 1.0, 1.0], rules=PAPER_RULES))
+    out = tmp_path / "o"
+    assert main([str(tmp_path / "a"), "--out", str(out)]) == 0
+    first = {p.name for p in out.glob("*.png")}
+    assert "success_smoke_ppo_rl.png" in first
+    (out / "notes.png").write_bytes(PNG_MAGIC)
+    write_run(tmp_path / "a" / "joint", results("topk", "rl", 0, [0.0, 0.0, 0.0], rules={**PAPER_RULES, "grad_clip": "joint"}))
+    assert main([str(tmp_path / "a"), "--out", str(out)]) == 0
+    second = {p.name for p in out.glob("*.png")}
+    md = (out / "report.md").read_text()
+    assert not first & second and "notes.png" in second
+    assert second - {"notes.png"} == {name for name in second if f"]({name})" in md}
+    assert any("joint-gradient-clipping" in name for name in second)

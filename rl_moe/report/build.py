@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,9 +131,19 @@ def build_report(paths: list[Path], out: Path, opts: ReportOptions = ReportOptio
         if name not in methods:
             raise ReportError(f"unknown method {name!r}; valid choices (methods found): {', '.join(methods)}")
     out.mkdir(parents=True, exist_ok=True)
-    blocks = report_blocks(runset, opts, out)
     md, html = out / "report.md", out / "report.html"
+    before = report_figures(md.read_text()) if md.is_file() else set()
+    blocks = report_blocks(runset, opts, out)
     md.write_text(to_markdown(blocks))
     html.write_text(to_html(blocks, "rl_moe report"))
     figures = tuple(out / b.path for b in blocks if isinstance(b, Image))
+    # A figure the last report drew and this one does not (a group renamed or gone) would sit
+    # beside the new ones as if current; only files the old report.md named are removed.
+    for name in before - {f.name for f in figures}:
+        (out / name).unlink(missing_ok=True)
     return ReportFiles(md, html, figures)
+
+
+def report_figures(markdown: str) -> set[str]:
+    """The figure files a ``report.md`` shows (plain names in its folder, nothing outside it)."""
+    return {name for name in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", markdown) if "/" not in name and name.endswith(".png")}
