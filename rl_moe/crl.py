@@ -48,7 +48,7 @@ from rl_moe.continual.config import OVERRIDE_PRESETS, RunConfig  # noqa: E402
 from rl_moe.continual.learners import LEARNERS, get_learner  # noqa: E402
 from rl_moe.continual.methods import METHODS  # noqa: E402
 from rl_moe.continual.resolve import DEVICES, RunRequest, check_reference, resolve, rules_tag  # noqa: E402
-from rl_moe.continual.resume import check_flags_match, check_resumable, load_run, with_overrides  # noqa: E402
+from rl_moe.continual.resume import check_flags_match, check_resumable, extend_tasks, load_run, with_overrides  # noqa: E402
 from rl_moe.continual.scheduler import ContinualScheduler  # noqa: E402
 from rl_moe.envs.factories import set_pool_threads  # noqa: E402
 from rl_moe.envs.suites import builtin_suites  # noqa: E402
@@ -133,7 +133,7 @@ def prepare(args: argparse.Namespace) -> tuple[RunConfig, Path]:
         run_dir = Path(resume_dir)
         if not run_dir.is_dir():
             raise UsageError(f"cannot resume {resume_dir!r}: no such run folder")
-        cfg = load_run(run_dir)
+        cfg = extend_tasks(load_run(run_dir), args.tasks)
         check_flags_match(args, cfg)
         check_resumable(run_dir, cfg)
         if args.preset is not None:  # applied like --set, before it, as for a new run
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     results_path = RunDir(run_dir).results
     done = json.loads(results_path.read_text()) if results_path.is_file() else {}
-    if done.get("complete"):
+    if done.get("complete") and len(done.get("tasks", ())) >= len(cfg.tasks):
         ignored = f" (ignored: {', '.join('--set ' + o for o in args.overrides)})" if args.overrides else ""
         print(f"run {run_dir} is already complete; nothing to do{ignored}")
         return 0

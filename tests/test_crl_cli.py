@@ -457,3 +457,42 @@ def test_unusable_paths_exit_2_before_training(tmp_path: Path, capsys: pytest.Ca
     assert len(err) == 1 and message in err[0] and "Traceback" not in err[0], err
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before and afile.read_text() == "keep me"
 
+
+
+def test_larger_tasks_extends_a_finished_run_like_one_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # A 2-task CRL run resumed with --tasks 3 trains only the third task, and ends where a 3-task
+    # run ends: the same weights, the same own-task successes.
+    common = ["--suite", "smoke", "--method", "topk", "--steps-per-task", "128", *TINY]
+    whole, grown = tmp_path / "whole", tmp_path / "grown"
+    assert main([*common, "--tasks", "3", "--run-dir", str(whole)]) == 0
+    assert main([*common, "--tasks", "2", "--run-dir", str(grown)]) == 0
+    first = RunDir(grown).checkpoint(0, "pendulum-0").read_bytes()
+    capsys.readouterr()
+    assert main([*common, "--tasks", "2", "--run-dir", str(grown)]) == 0
+    assert "already complete" in capsys.readouterr().out
+    assert main([*common, "--tasks", "3", "--run-dir", str(grown)]) == 0
+    assert "resuming at task 3/3 (2 finished)" in capsys.readouterr().out
+    assert RunDir(grown).checkpoint(0, "pendulum-0").read_bytes() == first
+    a, b = (json.loads((run / "results.json").read_text()) for run in (whole, grown))
+    assert b["complete"] and b["tasks"] == a["tasks"] == ["pendulum-0", "pendulum-1", "pendulum-2"]
+    assert json.loads((grown / "config.json").read_text())["tasks"] == a["tasks"]
+    assert b["own_success"] == a["own_success"] and b["final_success"] == a["final_success"]
+    assert b["success_matrix"][1] == [*a["success_matrix"][1][:2], None]  # evaluated when it was the last row
+    assert b["task_segments"] == a["task_segments"]
+    from stable_baselines3.common.save_util import load_from_zip_file
+
+    pa, pb = (load_from_zip_file(RunDir(run).checkpoint(2, "pendulum-2"))[1]["policy"] for run in (whole, grown))
+    assert _same(pa, pb)
+
+
+def test_tasks_beyond_the_suite_or_fewer_than_stored_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "run"
+    common = ["--suite", "smoke", "--method", "topk", "--steps-per-task", "128", "--run-dir", str(run), *TINY]
+    assert main([*common, "--tasks", "2"]) == 0
+    before = (run / "results.json").read_text()
+    capsys.readouterr()
+    assert main([*common, "--tasks", "9"]) == 2
+    assert "--tasks must be in 1..3 for suite 'smoke', got 9" in capsys.readouterr().err
+    assert main([*common, "--tasks", "1"]) == 2
+    assert "--tasks 1 conflicts with the resumed run's stored 2" in capsys.readouterr().err
+    assert (run / "results.json").read_text() == before

@@ -34,12 +34,13 @@ TINY = [
 
 
 def fake_results(trial: Trial, own: float) -> dict:
+    n = trial.tasks or 1  # as many tasks as the trial asks for, each with success ``own``
     return {
         "schema": 1, "suite": trial.suite, "algo": trial.algo, "method": trial.method, "protocol": trial.protocol,
-        "seed": trial.seed, "tasks": ["t0"], "steps_per_task": 10, "finished_tasks": 1, "complete": True,
-        "success_matrix": [[own]], "own_success": [own], "final_success": [own], "eval_curves": {},
+        "seed": trial.seed, "tasks": [f"t{i}" for i in range(n)], "steps_per_task": 10, "finished_tasks": n, "complete": True,
+        "success_matrix": [[own] * n for _ in range(n)], "own_success": [own] * n, "final_success": [own] * n, "eval_curves": {},
         "cl_metrics": {"average_performance": own, "forgetting": 0.0, "forward_transfer": None},
-        "task_segments": [[0, 10]],
+        "task_segments": [[10 * i, 10 * (i + 1)] for i in range(n)],
     }  # fmt: skip
 
 
@@ -89,10 +90,10 @@ def test_aggregate_env_steps_count_only_what_this_sweep_trained(tmp_path: Path) 
     resumed.mkdir(parents=True)
     (resumed / "results.json").write_text(json.dumps({"complete": False, "task_segments": [[0, 4]]}))
     outcomes = run_sweep(cfg, "sequential", FakeRunner())
-    assert [o.env_steps for o in outcomes] == [10, 6]  # the resumed trial had trained 4 of its 10
+    assert [o.env_steps for o in outcomes] == [30, 26]  # smoke's 3 tasks x 10; the resumed trial had trained 4
     throughput = json.loads((tmp_path / "sweep.json").read_text())["throughput"]
-    assert throughput["env_steps"] == 16
-    assert throughput["env_steps_per_s"] == pytest.approx(16 / throughput["seconds"], rel=1e-2)
+    assert throughput["env_steps"] == 56
+    assert throughput["env_steps_per_s"] == pytest.approx(56 / throughput["seconds"], rel=1e-2)
 
 
 def test_grid_folders_and_command(tmp_path: Path) -> None:
@@ -210,7 +211,7 @@ def test_local_backend_runs_trials_side_by_side(tmp_path: Path, capsys: pytest.C
     assert sorted(reported) == [f"smoke/ppo-topk-crl-s{seed}" for seed in range(4)]  # each trial once
     manifest = json.loads((tmp_path / "sweep.json").read_text())
     assert [t["status"] for t in manifest["trials"]] == ["done"] * 4
-    assert manifest["config"]["parallel"] == 2 and manifest["throughput"]["env_steps"] == 4 * 10
+    assert manifest["config"]["parallel"] == 2 and manifest["throughput"]["env_steps"] == 4 * 3 * 10  # smoke: 3 tasks of 10 steps
 
 
 @pytest.mark.parametrize(
@@ -317,7 +318,7 @@ def test_ray_backend_runs_trials(tmp_path: Path) -> None:
         assert is_complete(out / "smoke" / name)
         assert (out / "smoke" / name / "sweep.log").read_text().startswith("$ ")
     runner = FakeRunner()
-    outcomes = run_sweep(SweepConfig(suites=("smoke",), methods=("topk",), protocols=("crl", "rl"), out=out), "ray", runner)
+    outcomes = run_sweep(SweepConfig(suites=("smoke",), methods=("topk",), protocols=("crl", "rl"), out=out, crl_args=("--tasks", "2")), "ray", runner)
     assert [o.status for o in outcomes] == ["skipped", "skipped"] and not runner.calls
 
 
@@ -355,7 +356,7 @@ def test_local_real_cli_two_trials_side_by_side(tmp_path: Path) -> None:
     assert sum(r["seconds"] for r in rows) > 1.2 * throughput["seconds"]  # they overlapped
     assert throughput["env_steps"] == sum(r["env_steps"] for r in rows) >= 2 * 256
     runner = FakeRunner()
-    outcomes = run_sweep(SweepConfig(suites=("smoke",), methods=("topk",), protocols=("crl", "rl"), out=out), "local", runner)
+    outcomes = run_sweep(SweepConfig(suites=("smoke",), methods=("topk",), protocols=("crl", "rl"), out=out, crl_args=("--tasks", "2")), "local", runner)
     assert [o.status for o in outcomes] == ["skipped", "skipped"] and not runner.calls
 
 
@@ -440,3 +441,18 @@ def test_progress_lines_count_launched_trials_as_running_and_returned_ones_as_do
     # Both trials start at once: never queued, and each is running or done from its launch on.
     assert all(queued == 0 and done + running == 2 for done, running, queued in counts), lines
     assert any(running == 2 for _, running, _ in counts), lines
+
+
+def test_a_finished_shorter_run_is_continued_not_skipped(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # The CRL slice (--tasks 2 here) then the whole suite in the same folders: the sweep continues
+    # each finished slice with --tasks 3, and a trial already holding 3 tasks is skipped.
+    cfg = SweepConfig(suites=("smoke",), methods=("topk",), seeds=(0, 1), out=tmp_path, crl_args=("--tasks", "2"))
+    run_sweep(cfg, "sequential", FakeRunner())
+    assert all(is_complete(t.run_dir, 2) and not is_complete(t.run_dir, 3) for t in grid(cfg))
+    whole = replace(cfg, crl_args=())
+    assert [trial_command(t, whole)[-2:] for t in grid(whole)] == [["--tasks", "3"]] * 2
+    runner = FakeRunner()
+    outcomes = run_sweep(whole, "sequential", runner)
+    assert [o.status for o in outcomes] == ["done", "done"] and all(json.loads((t.run_dir / "results.json").read_text())["tasks"] == ["t0", "t1", "t2"] for t in grid(whole))
+    assert [o.status for o in run_sweep(whole, "sequential", FakeRunner())] == ["skipped", "skipped"]
+    assert all("--tasks" not in trial_command(t, whole) for t in grid(whole))  # nothing left to extend

@@ -94,6 +94,16 @@ class Results:
             self.evaluated_tasks = self.finished_tasks
         _check_shape(self)
 
+    def extend(self, tasks: list[str]) -> None:
+        """Continue the run through ``tasks``, which must begin with its own: the success matrix
+        grows with empty cells (the finished tasks' rows keep what they evaluated then)."""
+        if tasks[: len(self.tasks)] != self.tasks:
+            raise ValueError(f"tasks {tasks} do not continue the run's {self.tasks}")
+        n = len(tasks)
+        self.success_matrix = [row + [None] * (n - len(row)) for row in self.success_matrix]
+        self.success_matrix += [[None] * n for _ in range(n - len(self.success_matrix))]
+        self.tasks = list(tasks)
+
     @property
     def complete(self) -> bool:
         """Every task trained (checkpoint on disk) and its success-matrix row evaluated."""

@@ -122,6 +122,19 @@ def check_resumable(run_dir: Path, cfg: RunConfig) -> None:
         _check_weights(run_dir, cfg, checkpoints, states)
 
 
+def extend_tasks(cfg: RunConfig, tasks: int | None) -> RunConfig:
+    """``--tasks N`` on a run stored with fewer tasks: the same run continued through the suite's
+    next tasks (a three-task CRL slice grows into the full CW10 sequence without retraining its
+    first tasks). Fewer or equal tasks leave ``cfg`` as stored (fewer is refused by
+    :func:`check_flags_match`)."""
+    if tasks is None or tasks <= len(cfg.tasks):
+        return cfg
+    suite = suite_of(cfg)
+    if tasks > len(suite.tasks):
+        raise UsageError(f"--tasks must be in 1..{len(suite.tasks)} for suite {suite.name!r}, got {tasks}")
+    return dataclasses.replace(cfg, tasks=suite.task_names[:tasks])
+
+
 def check_flags_match(args: argparse.Namespace, cfg: RunConfig) -> None:
     """A resumed run keeps its stored settings; refuse flags that ask for different ones."""
     stored = {"suite": cfg.suite, "algo": cfg.algo, "method": cfg.method, "protocol": cfg.protocol, "seed": cfg.seed,

@@ -110,6 +110,8 @@ class ContinualScheduler:
         if path.is_file():
             res = Results.from_dict(json.loads(path.read_text()))
             res.rules = res.rules or cfg.rules()  # a run begun before results.json held its rules
+            if len(cfg.tasks) > len(res.tasks):  # resumed with a larger --tasks (resume.extend_tasks)
+                res.extend(list(cfg.tasks))
             return res
         # The steps a task really runs (PPO rounds the budget up to whole rollouts).
         return Results(cfg.suite_name, cfg.algo, cfg.method, cfg.protocol, cfg.seed, list(cfg.tasks), cfg.effective_steps_per_task, rules=cfg.rules())

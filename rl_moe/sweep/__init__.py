@@ -150,7 +150,7 @@ def run_sweep(
     """
     chosen = resolve_backend(backend, cfg, ray_opts.address)
     trials = grid(cfg)
-    complete = {t.run_dir for t in trials if is_complete(t.run_dir)}
+    complete = {t.run_dir for t in trials if is_complete(t.run_dir, t.tasks)}
     # A trial whose folder another process is writing (an earlier sweep still running) is left to it.
     busy = {t.run_dir: h for t in trials if t.run_dir not in complete and (h := lock_holder(t.run_dir)) is not None}
     jobs = [(t, trial_command(t, cfg)) for t in trials if t.run_dir not in complete and t.run_dir not in busy]
@@ -275,7 +275,7 @@ def main(argv: Sequence[str] | None = None, runner: TrialRunner = run_subprocess
         validate(cfg, trials)
         if args.dry_run:
             for t in trials:
-                state = "complete, skipped" if is_complete(t.run_dir) else "to run"
+                state = "complete, skipped" if is_complete(t.run_dir, t.tasks) else "to run"
                 print(f"# {t.name}: {state}\n{' '.join(trial_command(t, cfg))}")
             return 0
         ray_opts = RayOptions(address=args.address, num_cpus=args.num_cpus)

@@ -32,6 +32,8 @@ class Trial:
     :param protocol: ``crl`` or ``rl``
     :param seed: run seed
     :param run_dir: deterministic run folder (re-running resumes it)
+    :param tasks: how many of the suite's tasks the trial trains (None: unknown, the suite does
+        not load); a folder holding a finished run of fewer tasks is continued, not skipped
     """
 
     suite: str
@@ -40,6 +42,7 @@ class Trial:
     protocol: str
     seed: int
     run_dir: Path
+    tasks: int | None = None
 
     @property
     def name(self) -> str:
@@ -130,10 +133,29 @@ def grid(cfg: SweepConfig) -> list[Trial]:
     """Every grid point in a fixed order (suite, algo, method, protocol, seed); a trial whose
     ``--set`` changes its suite's rules (clipping, evaluation positions) names them in its folder."""
     tags = {(s, a, m): trial_rules_tag(s, a, m, cfg.crl_args) for s, a, m in product(cfg.suites, cfg.algos, cfg.methods)}
+    counts = {s: trial_tasks(s, cfg.crl_args) for s in cfg.suites}
     return [
-        Trial(s, m, a, p, seed, cfg.out / suite_label(s) / f"{a}-{m}-{p}{tags[s, a, m]}-s{seed}")
+        Trial(s, m, a, p, seed, cfg.out / suite_label(s) / f"{a}-{m}-{p}{tags[s, a, m]}-s{seed}", counts[s])
         for s, a, m, p, seed in product(cfg.suites, cfg.algos, cfg.methods, cfg.protocols, cfg.seeds)
     ]
+
+
+def trial_tasks(suite: str, crl_args: Sequence[str]) -> int | None:
+    """Tasks a trial of ``suite`` trains: the last ``--tasks`` among its arguments, else all of the
+    suite's; None when neither reads (the trial reports the error itself)."""
+    asked = flag_values(crl_args, "--tasks")
+    try:
+        return int(asked[-1]) if asked else len(load_suite(suite).tasks)
+    except (ValueError, UsageError):
+        return None
+
+
+def stored_tasks(run_dir: Path) -> int | None:
+    """How many tasks the run in ``run_dir`` was started with (None: no readable results.json)."""
+    try:
+        return len(json.loads(RunDir(run_dir).results.read_text())["tasks"])
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        return None
 
 
 def suite_family(suite: str) -> str | None:
@@ -152,13 +174,17 @@ def trial_command(trial: Trial, cfg: SweepConfig) -> list[str]:
     for the CPUs it reserves, not for the whole machine: eight trials side by side must not each
     start a worker process per env or a thread per core.
     """
+    # A folder holding a shorter run is continued through the suite's next tasks (rl_moe.crl
+    # extends a run only when --tasks asks for more than it stored).
+    stored = stored_tasks(trial.run_dir)
+    grow = ["--tasks", str(trial.tasks)] if trial.tasks is not None and stored is not None and stored < trial.tasks and not flag_values(cfg.crl_args, "--tasks") else []
     vec_env = [] if "--vec-env" in cfg.crl_args else ["--vec-env", resolve_vec_env_type("auto", 2, int(cfg.cpus_per_trial), suite_family(trial.suite))]
     threads = [] if "--threads" in cfg.crl_args else ["--threads", str(max(1, int(cfg.cpus_per_trial)))]
     return [
         sys.executable, "-m", "rl_moe.crl",
         "--suite", trial.suite, "--method", trial.method, "--algo", trial.algo,
         "--protocol", trial.protocol, "--seed", str(trial.seed),
-        "--run-dir", str(trial.run_dir), "--no-progress", *vec_env, *threads, *cfg.crl_args,
+        "--run-dir", str(trial.run_dir), "--no-progress", *vec_env, *threads, *grow, *cfg.crl_args,
     ]  # fmt: skip
 
 
@@ -171,11 +197,13 @@ def trial_env(cfg: SweepConfig) -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "PYTHONPATH": path}
 
 
-def is_complete(run_dir: Path) -> bool:
-    """The trial's ``results.json`` exists and says ``"complete": true``."""
+def is_complete(run_dir: Path, tasks: int | None = None) -> bool:
+    """The trial's ``results.json`` exists, says ``"complete": true`` and, if ``tasks`` is given,
+    holds at least that many tasks (a finished three-task slice is not a finished CW10 run)."""
     try:
-        return bool(json.loads(RunDir(run_dir).results.read_text()).get("complete"))
-    except (OSError, json.JSONDecodeError, AttributeError):
+        data = json.loads(RunDir(run_dir).results.read_text())
+        return bool(data.get("complete")) and (tasks is None or len(data["tasks"]) >= tasks)
+    except (OSError, json.JSONDecodeError, AttributeError, KeyError, TypeError):
         return False
 
 
@@ -201,5 +229,5 @@ def run_subprocess(trial: Trial, command: list[str], env: dict[str, str]) -> Out
         fh.write(f"$ {' '.join(command)}\n")
         fh.flush()
         rc = subprocess.run(command, stdout=fh, stderr=subprocess.STDOUT, env=env, check=False).returncode
-    ok = rc == 0 and is_complete(trial.run_dir)
+    ok = rc == 0 and is_complete(trial.run_dir, trial.tasks)
     return Outcome(trial, "done" if ok else "failed", rc, time.monotonic() - start, str(log))
