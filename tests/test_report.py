@@ -304,8 +304,9 @@ def test_plots_exist_and_are_png(report: tuple[Path, str]) -> None:
     pngs = sorted(out.glob("*.png"))
     names = {p.name for p in pngs}
     assert {"plasticity-entk_rank_smoke_ppo_crl.png", "plasticity-dormant_ratio_smoke_ppo_crl.png", "success_smoke_ppo_crl.png",
-            "success_smoke_ppo_rl.png", "eval_smoke_ppo_crl.png"} <= names
+            "success_smoke_ppo_rl.png", "eval_smoke_ppo_crl.png", "success-and-entk_rank_smoke_ppo_crl.png"} <= names
     assert "plasticity-entk_rank_smoke_ppo_rl.png" not in names  # RL runs have no event files here
+    assert "success-and-entk_rank_smoke_ppo_rl.png" not in names  # no rank, no stacked figure
     for p in pngs:
         data = p.read_bytes()
         assert data[:8] == PNG_MAGIC and len(data) > 5000

@@ -21,6 +21,9 @@ from rl_moe.report.tables import (
     summary_lines,
 )
 
+#: The plasticity metric drawn under success: the eNTK effective rank r_e(K) (SPHERE, Sec. 3).
+RANK_TAG = "plasticity/entk_rank"
+
 MISSING_MATPLOTLIB = "Figures skipped: matplotlib is not installed (pip install 'rl_moe[report]')."
 
 
@@ -51,7 +54,7 @@ class ReportFiles:
 
 def _figures(ctx: Context, opts: ReportOptions, out: Path, scalars: dict[Path, dict[str, Curve]]) -> list[Block]:
     try:
-        from rl_moe.report.plots import axis_for, eval_curve, plot_bands, plot_success, slug  # lazy: plots need matplotlib (the report extra)
+        from rl_moe.report.plots import axis_for, eval_curve, plot_bands, plot_stacked, plot_success, slug  # lazy: plots need matplotlib (the report extra)
     except ImportError:
         return [Paragraph(MISSING_MATPLOTLIB)]
     blocks: list[Block] = []
@@ -67,6 +70,12 @@ def _figures(ctx: Context, opts: ReportOptions, out: Path, scalars: dict[Path, d
         title = f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: current-task success over training"
         if plot_bands(curves, title, TAG_LABELS["eval/success"], out / name, bounds, **axis_for("eval/success")):
             blocks.append(Image(name, title + " (mean ± std over seeds)"))
+        ranks = {m: [scalars[r.path][RANK_TAG] for r in by_method[m] if RANK_TAG in scalars[r.path]] for m in methods}
+        name = slug("success-and-entk_rank", ctx.suite, ctx.algo, protocol) + ".png"
+        title = f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: success and r_e(K) over training"
+        panels = [(curves, TAG_LABELS["eval/success"], axis_for("eval/success")), (ranks, TAG_LABELS.get(RANK_TAG, RANK_TAG), axis_for(RANK_TAG))]
+        if plot_stacked(panels, title, out / name, bounds):
+            blocks.append(Image(name, title + " (top: current-task success; bottom: eNTK effective rank; mean ± std over seeds; dashed lines: task boundaries)"))
         for tag in opts.plasticity_tags:
             curves = {m: [scalars[r.path][tag] for r in by_method[m] if tag in scalars[r.path]] for m in methods}
             name = slug(tag.replace("/", "-"), ctx.suite, ctx.algo, protocol) + ".png"

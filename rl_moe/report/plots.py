@@ -67,13 +67,50 @@ def plot_bands(
     :param ylim: fixed y range (the band is clipped to it)
     :param log: log-scaled y axis (the band is drawn in log space: mean ± std of log10 values)
     """
+    fig, ax = plt.subplots(figsize=(7.5, 4.0))
+    xmax = _draw_bands(ax, curves, ylim, log)
+    if xmax is None:
+        plt.close(fig)
+        return None
+    _task_boundaries(ax, boundaries, xmax)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    return _save(fig, path)
+
+
+def plot_stacked(
+    panels: Sequence[tuple[dict[str, list[Curve]], str, dict[str, object]]],
+    title: str,
+    path: Path,
+    boundaries: Sequence[float],
+) -> Path | None:
+    """Panels stacked over one step axis (success above r_e(K), as the SPHERE paper's Figure 3
+    reads them together), each as :func:`plot_bands`; None unless every panel has a curve.
+
+    :param panels: (method -> curves, y label, :func:`axis_for` options) per panel, top first
+    """
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7.5, 3.0 * len(panels) + 0.6), sharex=True, squeeze=False)
+    ends = [_draw_bands(ax, curves, **opts) for ax, (curves, _, opts) in zip(axes[:, 0], panels)]  # type: ignore[arg-type]
+    if any(end is None for end in ends):
+        plt.close(fig)
+        return None
+    for ax, (_, ylabel, _) in zip(axes[:, 0], panels):
+        _task_boundaries(ax, boundaries, max(ends))  # type: ignore[type-var]
+        ax.set_ylabel(ylabel)
+    axes[-1, 0].set_xlabel("environment steps")
+    axes[0, 0].set_title(title)
+    return _save(fig, path)
+
+
+def _draw_bands(ax: plt.Axes, curves: dict[str, list[Curve]], ylim: tuple[float, float] | None = None, log: bool = False) -> float | None:
+    """Draw one mean ± std band per method on ``ax``; the last step drawn, None if no curve."""
     if log:  # a band over orders of magnitude is only meaningful in log space
         curves = {m: [Curve(c.steps, np.log10(np.maximum(c.values, 1e-300))) for c in cs] for m, cs in curves.items()}
     bands = {m: seed_band(c) for m, c in curves.items()}
     bands = {m: b for m, b in bands.items() if b.n}
     if not bands:
         return None
-    fig, ax = plt.subplots(figsize=(7.5, 4.0))
     xmax = 0.0
     for m, b in bands.items():
         mean, lo, hi = b.mean, b.mean - b.std, b.mean + b.std
@@ -88,13 +125,9 @@ def plot_bands(
         ax.set_yscale("log")
     if ylim is not None:
         ax.set_ylim(*ylim)
-    _task_boundaries(ax, boundaries, xmax)
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return xmax
 
 
 def eval_curve(run: Run) -> Curve:
