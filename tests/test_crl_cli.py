@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.save_util import load_from_zip_file
 
 from rl_moe.continual import scheduler as sched_mod
 from rl_moe.continual.resolve import RunRequest, resolve
@@ -458,7 +459,6 @@ def test_unusable_paths_exit_2_before_training(tmp_path: Path, capsys: pytest.Ca
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before and afile.read_text() == "keep me"
 
 
-
 def test_larger_tasks_extends_a_finished_run_like_one_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     # A 2-task CRL run resumed with --tasks 3 trains only the third task, and ends where a 3-task
     # run ends: the same weights, the same own-task successes.
@@ -479,8 +479,6 @@ def test_larger_tasks_extends_a_finished_run_like_one_run(tmp_path: Path, capsys
     assert b["own_success"] == a["own_success"] and b["final_success"] == a["final_success"]
     assert b["success_matrix"][1] == [*a["success_matrix"][1][:2], None]  # evaluated when it was the last row
     assert b["task_segments"] == a["task_segments"]
-    from stable_baselines3.common.save_util import load_from_zip_file
-
     pa, pb = (load_from_zip_file(RunDir(run).checkpoint(2, "pendulum-2"))[1]["policy"] for run in (whole, grown))
     assert _same(pa, pb)
 

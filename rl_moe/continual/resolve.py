@@ -136,6 +136,16 @@ def check_suite_settings(suite: Suite) -> None:
     check_keys(suite.regularizers, REGISTRY, "regularizer", f" in the regularizers{where}")
 
 
+def first_tasks(suite: Suite, n: int | None) -> tuple[str, ...]:
+    """The names of the suite's first ``n`` tasks (all of them for None).
+
+    :raises UsageError: ``n`` outside 1..the suite's task count
+    """
+    if n is not None and not 1 <= n <= len(suite.tasks):
+        raise UsageError(f"--tasks must be in 1..{len(suite.tasks)} for suite {suite.name!r}, got {n}")
+    return suite.task_names[:n]
+
+
 def suite_preset(suite: Suite, algo: str) -> Any:
     """The settings section a suite names for a learner (:data:`DEFAULT_PRESET` where it names
     none or, for a learner other than the run's, one that learner lacks)."""
@@ -151,10 +161,7 @@ def resolve(req: RunRequest) -> RunConfig:
     algo = spec.name
     protocol = check_choice(req.protocol, PROTOCOLS, "protocol")
     method = get_method(req.method)
-    n_tasks = len(suite.tasks)
-    n = n_tasks if req.tasks is None else req.tasks
-    if not 1 <= n <= n_tasks:
-        raise UsageError(f"--tasks must be in 1..{n_tasks} for suite {suite.name!r}, got {req.tasks}")
+    tasks = first_tasks(suite, req.tasks)
     steps = suite.steps_per_task if req.steps_per_task is None else req.steps_per_task
     if not 0 < steps <= MAX_STEPS_PER_TASK:
         raise UsageError(f"--steps-per-task must be in 1..{MAX_STEPS_PER_TASK:,}, got {steps:,}")
@@ -193,7 +200,7 @@ def resolve(req: RunRequest) -> RunConfig:
     cfg = RunConfig(
         suite=req.suite,
         suite_data=suite.to_dict(),
-        tasks=suite.task_names[:n],
+        tasks=tasks,
         algo=algo,
         method=method.name,
         protocol=protocol,

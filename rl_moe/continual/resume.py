@@ -20,7 +20,7 @@ from rl_moe.continual.agents import build_model
 from rl_moe.continual.config import RunConfig, apply_overrides, regularizer_configs
 from rl_moe.continual.learners import get_learner
 from rl_moe.continual.methods import get_method
-from rl_moe.continual.resolve import PROTOCOLS, check_sections, suite_of
+from rl_moe.continual.resolve import PROTOCOLS, check_sections, first_tasks, suite_of
 from rl_moe.continual.results import Results, checkpoint_ok, load_regularizer_state
 from rl_moe.continual.rng import load as load_training_state
 from rl_moe.envs import envpool_env
@@ -129,10 +129,7 @@ def extend_tasks(cfg: RunConfig, tasks: int | None) -> RunConfig:
     :func:`check_flags_match`)."""
     if tasks is None or tasks <= len(cfg.tasks):
         return cfg
-    suite = suite_of(cfg)
-    if tasks > len(suite.tasks):
-        raise UsageError(f"--tasks must be in 1..{len(suite.tasks)} for suite {suite.name!r}, got {tasks}")
-    return dataclasses.replace(cfg, tasks=suite.task_names[:tasks])
+    return dataclasses.replace(cfg, tasks=first_tasks(suite_of(cfg), tasks))
 
 
 def check_flags_match(args: argparse.Namespace, cfg: RunConfig) -> None:
