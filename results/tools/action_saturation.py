@@ -1,0 +1,73 @@
+"""How far a run's Gaussian action means sit outside MetaWorld's action box, per checkpoint.
+
+    python results/tools/action_saturation.py RUN_DIR [RUN_DIR ...] [--json out.json]
+
+MetaWorld clips actions to [-1, 1]. Once the policy's mean leaves that box on most states, the
+clipped action stops depending on the mean, so the environment no longer answers the actor's
+changes there; a deterministic evaluation then repeats one trajectory checkpoint after
+checkpoint. For the fresh network of the run's config and each task's end-of-task checkpoint,
+this prints, on the run's own held-out probe batch (``probe_states.pt``): the share of action
+entries with |mean| > 1, the median and largest |mean|, and the policy's std (mean over action
+dimensions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from rl_moe.continual.agents import build_model
+from rl_moe.continual.config import RunConfig
+from rl_moe.continual.scheduler import ContinualScheduler
+from rl_moe.rundir import RunDir
+
+
+def saturation(policy, states: torch.Tensor) -> dict[str, float]:
+    """Statistics of the action distribution's mean and std on ``states``."""
+    with torch.no_grad():
+        dist = policy.get_distribution(states).distribution
+    mean = dist.mean.abs()
+    return {
+        "outside_box": float((mean > 1.0).float().mean()),
+        "median_abs_mean": float(mean.median()),
+        "max_abs_mean": float(mean.max()),
+        "std": float(dist.stddev.mean()),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("runs", nargs="+", type=Path)
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    rows = []
+    for run in args.runs:
+        rd = RunDir(run)
+        cfg = RunConfig.from_dict(json.loads(rd.config.read_text()))
+        results = json.loads(rd.results.read_text())
+        states = torch.as_tensor(torch.load(run / "probe_states.pt", weights_only=True), dtype=torch.float32)
+        sched = ContinualScheduler(cfg, run, progress=False)
+        env = DummyVecEnv(sched.eval_factories(0)[:1])
+        torch.manual_seed(cfg.seed)
+        model = build_model(cfg, env, "cpu")
+        rows.append({"run": run.name, "network": "fresh", **saturation(model.policy, states)})
+        for i in range(int(results["finished_tasks"])):
+            model.set_parameters(str(rd.checkpoint(i, sched.tasks[i].name)), exact_match=True, device="cpu")
+            rows.append({"run": run.name, "network": f"after {sched.tasks[i].name}", **saturation(model.policy, states)})
+        env.close()
+    keys = ("outside_box", "median_abs_mean", "max_abs_mean", "std")
+    print("| run | network | " + " | ".join(keys) + " |")
+    print("|---|---|" + "---:|" * len(keys))
+    for r in rows:
+        print(f"| {r['run']} | {r['network']} | " + " | ".join(f"{r[k]:.2f}" for k in keys) + " |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
