@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,6 +15,7 @@ TOOL = Path(__file__).resolve().parents[1] / "results" / "tools" / "action_satur
 
 
 def _tool():
+    sys.path.insert(0, str(TOOL.parent))  # the tool imports its sibling probe_checkpoints
     spec = importlib.util.spec_from_file_location("action_saturation", TOOL)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

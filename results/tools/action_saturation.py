@@ -18,12 +18,7 @@ import json
 from pathlib import Path
 
 import torch
-from stable_baselines3.common.vec_env import DummyVecEnv
-
-from rl_moe.continual.agents import build_model
-from rl_moe.continual.config import RunConfig
-from rl_moe.continual.scheduler import ContinualScheduler
-from rl_moe.rundir import RunDir
+from probe_checkpoints import run_networks  # the sibling tool; this folder is on sys.path when run
 
 
 def saturation(policy, states: torch.Tensor) -> dict[str, float]:
@@ -47,19 +42,9 @@ def main() -> None:
     torch.set_num_threads(1)
     rows = []
     for run in args.runs:
-        rd = RunDir(run)
-        cfg = RunConfig.from_dict(json.loads(rd.config.read_text()))
-        results = json.loads(rd.results.read_text())
         states = torch.as_tensor(torch.load(run / "probe_states.pt", weights_only=True), dtype=torch.float32)
-        sched = ContinualScheduler(cfg, run, progress=False)
-        env = DummyVecEnv(sched.eval_factories(0)[:1])
-        torch.manual_seed(cfg.seed)
-        model = build_model(cfg, env, "cpu")
-        rows.append({"run": run.name, "network": "fresh", **saturation(model.policy, states)})
-        for i in range(int(results["finished_tasks"])):
-            model.set_parameters(str(rd.checkpoint(i, sched.tasks[i].name)), exact_match=True, device="cpu")
-            rows.append({"run": run.name, "network": f"after {sched.tasks[i].name}", **saturation(model.policy, states)})
-        env.close()
+        for label, policy in run_networks(run):
+            rows.append({"run": run.name, "network": label, **saturation(policy, states)})
     keys = ("outside_box", "median_abs_mean", "max_abs_mean", "std")
     print("| run | network | " + " | ".join(keys) + " |")
     print("|---|---|" + "---:|" * len(keys))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -36,6 +37,27 @@ def probe(policy, states: torch.Tensor) -> dict[str, float]:
     return {k: float(values[k]) for k in TAGS if k in values}
 
 
+def run_networks(run: Path) -> Iterator[tuple[str, torch.nn.Module]]:
+    """The fresh network of ``run``'s config, then each finished task's end-of-task checkpoint.
+
+    Yields (label, policy) on the CPU; the policy object is reused, so read it before the next.
+    """
+    rd = RunDir(run)
+    cfg = RunConfig.from_dict(json.loads(rd.config.read_text()))
+    results = json.loads(rd.results.read_text())
+    sched = ContinualScheduler(cfg, run, progress=False)
+    env = DummyVecEnv(sched.eval_factories(0)[:1])
+    try:
+        torch.manual_seed(cfg.seed)
+        model = build_model(cfg, env, "cpu")
+        yield "fresh", model.policy
+        for i in range(int(results["finished_tasks"])):
+            model.set_parameters(str(rd.checkpoint(i, sched.tasks[i].name)), exact_match=True, device="cpu")
+            yield f"after {sched.tasks[i].name}", model.policy
+    finally:
+        env.close()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("runs", nargs="+", type=Path)
@@ -47,17 +69,8 @@ def main() -> None:
     states = collect_probe_states(probe_factories(load_suite(args.suite), 99_000), cfg_probe.n_states, stride=cfg_probe.stride, policy="expert", noise=cfg_probe.noise, seed=0)
     rows = []
     for run in args.runs:
-        cfg = RunConfig.from_dict(json.loads(RunDir(run).config.read_text()))
-        results = json.loads(RunDir(run).results.read_text())
-        sched = ContinualScheduler(cfg, run, progress=False)
-        env = DummyVecEnv(sched.eval_factories(0)[:1])
-        torch.manual_seed(cfg.seed)
-        model = build_model(cfg, env, "cpu")
-        rows.append({"run": run.name, "network": "fresh", **probe(model.policy, states)})
-        for i in range(int(results["finished_tasks"])):
-            model.set_parameters(str(RunDir(run).checkpoint(i, sched.tasks[i].name)), exact_match=True, device="cpu")
-            rows.append({"run": run.name, "network": f"after {sched.tasks[i].name}", **probe(model.policy, states)})
-        env.close()
+        for label, policy in run_networks(run):
+            rows.append({"run": run.name, "network": label, **probe(policy, states)})
     print("| run | network | " + " | ".join(t.split("/")[1] for t in TAGS) + " |")
     print("|---|---|" + "---|" * len(TAGS))
     for r in rows:
