@@ -17,12 +17,18 @@ the ratios to SB3 PPO, and each backend/thread setting against today's default (
 
     python benchmarks/crl_throughput.py [--task faucet-close-v3] [--n-envs 8] [--n-steps 256] [--updates 2]
         [--rounds 3] [--device cuda] [--vec-env dummy envpool] [--threads 1 2] [--all-tasks]
-        [--probe-every 100000]
+        [--probe-every 100000] [--suite cw10-paper] [--env-path plain fast] [--methods topk sphere]
 
 ``--all-tasks`` times only the ``moe+sphere+probe`` variants on every CW10 task (same steps each,
 tasks in order, variants alternating within a task) and prints each variant's total time over the
 ten tasks against official envs at 1 thread: the speed-up of a whole CW10 run, tasks that a
 backend keeps on the official envs included.
+
+``--suite cw10-paper`` times the paper's protocol (fixed positions, 500-step episodes, separate
+clipping). ``--env-path plain fast`` times the rl_moe variants on the official envs without and
+with the MetaWorld fast path (rl_moe.envs.metaworld_fast); the SB3 anchors always step the plain
+official envs, which is what a user would run instead. ``--methods topk sphere`` picks the methods
+of the ``--all-tasks`` rows (default: sphere).
 
 ``--device`` moves the rl_moe variants (SB3's stay on the CPU, where SB3 runs MLP policies best);
 ``benchmarks/gpu_throughput.py`` is the fuller GPU benchmark.
@@ -42,6 +48,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 
 from rl_moe.continual.agents import begin_task, build_model
+from rl_moe.envs.families import METAWORLD_FAST_VAR
 from rl_moe.envs.factories import make_vec_env, set_pool_threads, task_factories
 from rl_moe.continual.probe_states import collect_probe_states, make_probe_callback, probe_factories
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
@@ -73,11 +80,14 @@ def main() -> None:
     p.add_argument("--all-tasks", action="store_true", help="every CW10 task, moe+sphere+probe variants only")
     p.add_argument("--probe-every", type=int, default=0, help="env steps between probes (0: after every update, the worst case; "
                    "the CLI's CW10 default, 100000, never comes up in the measured steps)")  # fmt: skip
+    p.add_argument("--suite", default="cw10", help="cw10 or cw10-paper")
+    p.add_argument("--env-path", nargs="+", default=["fast"], choices=["plain", "fast"], help="MetaWorld path of the rl_moe variants")
+    p.add_argument("--methods", nargs="+", default=["sphere"], choices=["sphere", "topk"], help="methods of the --all-tasks rows")
     args = p.parse_args()
     cores = len(os.sched_getaffinity(0))
 
     overrides = (f"ppo.n_envs={args.n_envs}", f"ppo.n_steps={args.n_steps}", f"ppo.batch_size={args.batch}", f"ppo.n_epochs={args.epochs}")
-    cfgs = {m: resolve(RunRequest(suite="cw10", method=m, tasks=1, device=args.device, vec_env="dummy", overrides=overrides)) for m in ("sphere", "topk")}
+    cfgs = {m: resolve(RunRequest(suite=args.suite, method=m, tasks=1, device=args.device, vec_env="dummy", overrides=overrides)) for m in ("sphere", "topk")}
     suite = suite_of(cfgs["sphere"])
     tasks = list(suite.tasks) if args.all_tasks else [next(t for t in suite.tasks if t.name == args.task)]
     task = tasks[0]
@@ -85,15 +95,16 @@ def main() -> None:
     pcfg = cfgs["sphere"].probe
     probe = collect_probe_states(probe_factories(suite, 99), pcfg.n_states, stride=pcfg.stride, policy=pcfg.policy, noise=pcfg.noise)
 
-    def env(vec_env: str = "dummy"):
+    def env(vec_env: str = "dummy", path: str = "plain"):
+        os.environ[METAWORLD_FAST_VAR] = "1" if path == "fast" else "0"  # read where the envs are built
         return make_vec_env(task_factories(suite, task, args.n_envs, 0), vec_env)
 
-    def ours(method: str, with_probe: bool, vec_env: str = "dummy", threads: int = 1) -> Callable[[], tuple[BaseAlgorithm, BaseCallback | None]]:
+    def ours(method: str, with_probe: bool, vec_env: str = "dummy", threads: int = 1, path: str = "fast") -> Callable[[], tuple[BaseAlgorithm, BaseCallback | None]]:
         def make() -> tuple[BaseAlgorithm, BaseCallback | None]:
             torch_threads, pool = split_threads(threads, vec_env, args.n_envs, cores)
             torch.set_num_threads(torch_threads)
             set_pool_threads(pool)
-            model = build_model(cfgs[method], env(vec_env), args.device)
+            model = build_model(cfgs[method], env(vec_env, path), args.device)
             begin_task(model, cfgs[method], 0, 0)
             # Default: the worst case, a probe after every update (the CLI probes every 100k steps
             # on CW10, 0.39% of training by entk_speed.py).
@@ -106,35 +117,38 @@ def main() -> None:
         def make() -> tuple[BaseAlgorithm, BaseCallback | None]:
             torch.set_num_threads(1)
             kw = {} if net_arch is None else {"policy_kwargs": {"net_arch": net_arch, "activation_fn": torch.nn.ReLU}}
-            ppo = PPO("MlpPolicy", env(), n_steps=args.n_steps, batch_size=args.batch, n_epochs=args.epochs,
+            ppo = PPO("MlpPolicy", env("dummy", "plain"), n_steps=args.n_steps, batch_size=args.batch, n_epochs=args.epochs,
                       learning_rate=3e-4, ent_coef=0.0, device="cpu", seed=0, verbose=0, **kw)  # fmt: skip
             return ppo, None
 
         return make
 
     if args.all_tasks:
-        ours_only = {f"moe+sphere+probe {v} t{t}": (v, t) for v in args.vec_env for t in args.threads}
+        ours_only = {
+            f"{m}+probe {v} t{t} {e}": (m, v, t, e) for m in args.methods for v in args.vec_env for t in args.threads for e in args.env_path
+        }  # fmt: skip
         seconds: dict[str, float] = dict.fromkeys(ours_only, 0.0)
         for task in tasks:
             task_rates: dict[str, list[float]] = {k: [] for k in ours_only}
             for _ in range(args.rounds):
-                for name, (v, t) in ours_only.items():
-                    task_rates[name].append(_measure(ours("sphere", True, v, t), steps))
+                for name, (m, v, t, e) in ours_only.items():
+                    task_rates[name].append(_measure(ours(m, True, v, t, e), steps))
             row = []
             for name, samples in task_rates.items():
                 rate = statistics.median(samples)
                 seconds[name] += steps / rate
                 row.append(f"{name.split(' ', 1)[1]} {rate:5.0f}")
             print(f"  {task.name:<22} " + "   ".join(row) + " env steps/s", flush=True)
-        base = seconds.get("moe+sphere+probe dummy t1")
         for name, total in seconds.items():
-            print(f"{name:<30} CW10 total {total:7.1f} s" + ("" if base is None else f"   speed-up vs official t1 = {base / total:.2f}x"))
+            base = seconds.get(name.replace(name.split(" ", 1)[1], "dummy t1 plain"))
+            print(f"{name:<34} {suite.name} total {total:7.1f} s" + ("" if base is None else f"   time vs official t1 plain = {total / base:.2f}x"))
         return
 
     variants: dict[str, Callable[[], tuple[BaseAlgorithm, BaseCallback | None]]] = {}
     for vec_env in args.vec_env:
         for threads in args.threads:
-            variants[f"moe+sphere+probe {vec_env} t{threads}"] = ours("sphere", True, vec_env, threads)
+            for path in args.env_path:
+                variants[f"moe+sphere+probe {vec_env} t{threads} {path}"] = ours("sphere", True, vec_env, threads, path)
     if args.extra:
         variants.update({"moe+sphere": ours("sphere", False), "moe": ours("topk", False)})
     variants.update({"sb3 mlp": sb3(None), "sb3 mlp 3x256": sb3([256, 256, 256])})
@@ -143,13 +157,13 @@ def main() -> None:
         for name, make in variants.items():
             rates[name].append(_measure(make, steps))
     med = {k: statistics.median(v) for k, v in rates.items()}
-    print(f"CW10 {args.task}: {args.n_envs} envs x {args.n_steps} steps, batch {args.batch}, {args.epochs} epochs, "
+    print(f"{suite.name} {args.task}: {args.n_envs} envs x {args.n_steps} steps, batch {args.batch}, {args.epochs} epochs, "
           f"{args.updates} updates/round, median of {args.rounds} rounds, {cores} cores")  # fmt: skip
     for name, rate in med.items():
         print(f"  {name:<30} {rate:8.0f} env steps/s")
-    today = med.get("moe+sphere+probe dummy t1")
+    today = med.get("moe+sphere+probe dummy t1 plain")
     for name in (k for k in med if k.startswith("moe+sphere+probe")):
-        vs_today = "" if today is None else f"   vs official t1 = {med[name] / today:.2f}x"
+        vs_today = "" if today is None else f"   vs official t1 plain = {med[name] / today:.2f}x"
         print(f"{name:<30} / sb3 mlp 3x256 = {med[name] / med['sb3 mlp 3x256']:.2f}x   / sb3 mlp = {med[name] / med['sb3 mlp']:.2f}x{vs_today}")
 
 

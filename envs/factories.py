@@ -12,7 +12,10 @@ import os
 import sys
 from dataclasses import dataclass
 
+from typing import Any
+
 import gymnasium as gym
+import numpy as np
 from gymnasium.wrappers import TimeLimit
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
@@ -120,6 +123,23 @@ def resolve_vec_env_type(vec_env: str, n_envs: int, cpu_count: int | None = None
     return "dummy" if cores <= 2 or n_envs == 1 else "subproc"
 
 
+class InProcessVecEnv(DummyVecEnv):
+    """SB3's ``DummyVecEnv`` with one change: ``step_wait`` hands out a shallow copy of each info
+    dict instead of a ``deepcopy`` of the list (7% of a MetaWorld step on the fast path). Every
+    step puts fresh dicts from the envs into the buffer, so the copies cannot alias a later step."""
+
+    def step_wait(self) -> Any:
+        for i in range(self.num_envs):  # DummyVecEnv.step_wait's loop, unchanged
+            obs, self.buf_rews[i], terminated, truncated, self.buf_infos[i] = self.envs[i].step(self.actions[i])
+            self.buf_dones[i] = terminated or truncated
+            self.buf_infos[i]["TimeLimit.truncated"] = truncated and not terminated
+            if self.buf_dones[i]:
+                self.buf_infos[i]["terminal_observation"] = obs
+                obs, self.reset_infos[i] = self.envs[i].reset()
+            self._save_obs(i, obs)
+        return self._obs_from_buf(), np.copy(self.buf_rews), np.copy(self.buf_dones), [dict(info) for info in self.buf_infos]
+
+
 def make_vec_env(factories: list[EnvFactory], vec_type: str) -> VecEnv:
     """The vectorized env of ``factories`` (``vec_type`` already resolved): a DummyVecEnv, a
     SubprocVecEnv, or the family's native pool with the factories' task, seeds and episode length.
@@ -138,4 +158,4 @@ def make_vec_env(factories: list[EnvFactory], vec_type: str) -> VecEnv:
         vec_type = "dummy"
     if vec_type == "subproc" and len(factories) > 1:
         return SubprocVecEnv(list(factories))
-    return DummyVecEnv(list(factories))
+    return InProcessVecEnv(list(factories))

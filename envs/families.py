@@ -9,6 +9,7 @@ is an entry here (or a module of its own calling :func:`register_family`) plus a
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -98,6 +99,16 @@ def metaworld_positions(task: TaskSpec) -> str:
     return str(task.params.get("positions", METAWORLD_POSITIONS[0]))
 
 
+#: Environment variable that turns the MetaWorld fast path off ("0"); read where each env is built,
+#: so worker processes inherit it. On by default: it is bit-identical (rl_moe.envs.metaworld_fast).
+METAWORLD_FAST_VAR = "RL_MOE_METAWORLD_FAST"
+
+
+def metaworld_fast_enabled() -> bool:
+    """Whether MetaWorld envs are built on the fast path (:data:`METAWORLD_FAST_VAR` not "0")."""
+    return os.environ.get(METAWORLD_FAST_VAR, "1") != "0"
+
+
 def _make_metaworld(task: TaskSpec, seed: int) -> gym.Env:
     import metaworld  # noqa: F401  (registers the Meta-World/* ids)
 
@@ -110,7 +121,11 @@ def _make_metaworld(task: TaskSpec, seed: int) -> gym.Env:
         env.unwrapped.seeded_rand_vec = True  # type: ignore[attr-defined]
     # compute_reward reads the attribute at every step, so setting it after construction is enough.
     env.unwrapped.reward_function_version = metaworld_reward_version(task)  # type: ignore[attr-defined]
-    return env
+    if not metaworld_fast_enabled():
+        return env
+    from rl_moe.envs.metaworld_fast import make_fast  # lazy: loads mujoco; only MetaWorld runs need it
+
+    return make_fast(env)
 
 
 def _reseed_metaworld(env: gym.Env, seed: int) -> None:
