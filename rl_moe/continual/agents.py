@@ -56,6 +56,8 @@ def build_model(cfg: RunConfig, env: VecEnv, device: str) -> BaseAlgorithm:
     nets = net_configs_for(cfg, obs_dim, act_dim)
     policy_kwargs: dict[str, Any] = {"actor_cfg": nets.actor, "critic_cfg": nets.critic}
     method = get_method(cfg.method)
+    if method.bounded_mean:
+        policy_kwargs["bounded_mean"] = True
     regs = build_regularizers(method.regularizers, cfg.regularizers)
     common: dict[str, Any] = {"seed": cfg.seed, "device": device, "verbose": 0, "policy_kwargs": policy_kwargs}
     return spec.build(cfg.learner_settings, env, regs, common)

@@ -107,6 +107,9 @@ class RunConfig:
         ``config.json``, so a resumed run is rebuilt from what it ran with)
     :param reference: RL-protocol run folder for forward transfer, or None
     :param created: UTC timestamp ``YYYYmmdd-HHMMSS``
+    :param code: the git commit and dirty flag of the code that created the run
+        (:func:`rl_moe.provenance.code_version`); each stretch of training records its own in
+        ``results.json`` (``provenance``), since a resume may run other code
     """
 
     suite: str
@@ -128,6 +131,7 @@ class RunConfig:
     regularizers: Mapping[str, Any] = field(default_factory=dict)
     reference: str | None = None
     created: str = ""
+    code: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def suite_name(self) -> str:

@@ -28,6 +28,8 @@ class Method:
         (``dense10x`` = PPO(10x)); None keeps the width
     :param spectral_norm: roles (``actor``, ``critic``) whose networks get spectral normalization
         (:attr:`rl_moe.nn.NetConfig.spectral_norm`)
+    :param bounded_mean: PPO's Gaussian mean is tanh-bounded to the action box
+        (:class:`rl_moe.policies.ppo.BoundedMean`; TD3's actor is bounded already)
     :param regularizers: names in :data:`rl_moe.regularizers.REGISTRY`
     :param settings: regularizer name -> settings that make the method what it is, above the
         suite's (``--set`` still changes them)
@@ -39,6 +41,7 @@ class Method:
     layer_norm: bool = False
     param_ratio: float | None = None
     spectral_norm: tuple[str, ...] = ()
+    bounded_mean: bool = False
     regularizers: tuple[str, ...] = ()
     settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     description: str = ""
@@ -68,6 +71,10 @@ METHODS: dict[str, Method] = {
             description="Top-K MoE + SPHERE penalizing the spectrum's shape, not its scale (scale_invariant): no feature collapse on an unsolved task",
         ),
         Method("ln", "topk", layer_norm=True, description="Top-K MoE with LayerNorm (LN baseline)"),
+        Method(
+            "topk_bounded", "topk", bounded_mean=True,
+            description="Top-K MoE actor whose Gaussian mean is tanh-bounded to the action box (PPO; the log-probability stays Gaussian)",
+        ),
         _reg("cbp", "continual backprop (Dohare et al., 2024)"),
         _reg("redo", "ReDo dormant-neuron resets (Sokar et al., 2023)"),
         _reg("parseval", "parseval weight regularization (Chung et al., 2024)"),

@@ -24,6 +24,7 @@ from rl_moe.envs.factories import resolve_vec_env_type
 from rl_moe.envs.families import FAMILIES
 from rl_moe.envs.suites import Suite, load_suite, net_flags, suite_from_dict
 from rl_moe.errors import UsageError, check_choice, check_keys, check_positive
+from rl_moe.provenance import code_version
 from rl_moe.regularizers import REGISTRY
 from rl_moe.rundir import RunDir
 
@@ -93,7 +94,10 @@ def _resolve_probe_policy(probe: ProbeConfig, suite: Suite) -> ProbeConfig:
 
 
 def _check_net(cfg: RunConfig) -> None:
-    kind = get_method(cfg.method).kind
+    method = get_method(cfg.method)
+    kind = method.kind
+    if method.bounded_mean and cfg.algo != "ppo":
+        raise UsageError(f"method {method.name!r} bounds PPO's Gaussian mean and --algo {cfg.algo} has none (TD3's actor is tanh-bounded already); valid choices: --algo ppo")
     if cfg.net.kind != kind:
         raise UsageError(f"--set net.kind={cfg.net.kind}: the network kind is the method's ({kind!r}); pick it with --method")
     try:
@@ -211,6 +215,7 @@ def resolve(req: RunRequest) -> RunConfig:
         regularizers=regs,
         reference=None if req.reference is None else str(Path(req.reference).resolve()),
         created=time.strftime("%Y%m%d-%H%M%S", time.gmtime()),
+        code=code_version(),
         **sections,
     )
     _check_net(cfg)

@@ -84,6 +84,9 @@ class Results:
     reference_aucs: list[float] | None = None
     rules: dict[str, Any] = field(default_factory=dict)
     in_task: dict[str, int] | None = None
+    #: One entry per stretch of training (a task, or its rest after a resume): the task index and
+    #: name, the global step it started from, the env backend it stepped on and the code's commit.
+    provenance: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = len(self.tasks)
@@ -155,6 +158,7 @@ class Results:
             "rules": self.rules,
             # How far the unfinished task got: its last in-task checkpoint (None between tasks).
             "in_task": self.in_task,
+            "provenance": self.provenance,
         }
 
     @classmethod
@@ -166,7 +170,7 @@ class Results:
             evaluated_tasks=None if data.get("evaluated_tasks") is None else int(data["evaluated_tasks"]),
             eval_curves=data.get("eval_curves", {}), task_segments=data.get("task_segments", []),
             global_step=int(data.get("global_step", 0)), rules=dict(data.get("rules") or {}),
-            in_task=data.get("in_task"),
+            in_task=data.get("in_task"), provenance=list(data.get("provenance") or []),
         )  # fmt: skip
 
     def save(self, path: str | Path) -> None:

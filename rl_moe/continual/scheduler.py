@@ -48,6 +48,7 @@ from rl_moe.continual.results import (
     save_regularizer_state,
     write_atomic,
 )
+from rl_moe.provenance import code_version, vec_env_backend
 from rl_moe.rundir import RunDir
 from rl_moe.tblog import dump_keys, logged_at, tensorboard_logger
 
@@ -287,6 +288,8 @@ class ContinualScheduler:
         self._prepare_model(i, env)
         assert self.model is not None
         start = res.global_step
+        from_step = start if in_task is None else int(in_task["step"])
+        res.provenance.append({"task": i, "name": task.name, "from_step": from_step, "backend": vec_env_backend(env, self.suite.family), **code_version()})
         curve: dict[str, list] = {"steps": [], "success": [], "return": []}
         every = max(1, cfg.steps_per_task // cfg.eval.evals_per_task)
         periodic = PeriodicEval(lambda: self._evaluate(i, cfg.eval.n_episodes), every, start + cfg.steps_per_task, curve, log_start=i != self._resumed_at)

@@ -26,6 +26,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from torch import Tensor
 
+from rl_moe.diagnostics.action_box import mean_outside_box
 from rl_moe.diagnostics.actor_grad import actor_grad, learner_family
 from rl_moe.diagnostics.groups import (
     coupling_group,
@@ -248,6 +249,9 @@ class PlasticityProbe(BaseCallback):
         grad = self._family("grad_norm", lambda: actor_grad(self.model, view, obs, cfg.n_states, self.seed), None)
         if grad is not None:
             values["plasticity/grad_norm"] = grad.norm
+        outside = self._family("policy", lambda: mean_outside_box(policy, obs, self.model.action_space), None)
+        if outside is not None:
+            values["policy/mean_outside_box"] = outside
         critic = critic_view(policy) if cfg.critic else None
         if critic is not None:
             values.update(self._family("critic", lambda: {"plasticity/critic_entk_rank": entk_rank(critic, obs)}, {}))
@@ -257,6 +261,9 @@ class PlasticityProbe(BaseCallback):
                 online = online.to(policy.device)
                 values.update(self._family("plasticity_online", lambda: plasticity_group(view, online, suffix="_online"), {}))
                 values.update(self._family("routing_online", lambda: routing_group(view, online, cfg.knn, suffix="_online"), {}))
+                outside = self._family("policy_online", lambda: mean_outside_box(policy, online, self.model.action_space), None)
+                if outside is not None:
+                    values["policy/mean_outside_box_online"] = outside
         if self._due("spectral", cfg.spectral_every):
             expert_grads = grad.expert_grads if grad is not None else None
             values.update(self._family("spectral", lambda: spectral_group(view, obs, expert_grads), {}))

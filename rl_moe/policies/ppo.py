@@ -1,7 +1,7 @@
 """SB3 actor-critic policy whose actor (and optionally critic) is a MoE network.
 
 The actor network outputs the Gaussian mean directly (each expert has its own linear head), so
-SB3's ``action_net`` is the identity; the log-std is SB3's state-independent parameter.
+SB3's ``action_net`` is the identity (or :class:`BoundedMean`); the log-std is SB3's state-independent parameter.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy
@@ -26,6 +27,30 @@ def _action_out_dim(action_space: spaces.Space) -> int:
     if isinstance(action_space, spaces.Discrete):
         return int(action_space.n)
     raise ValueError(f"unsupported action space {type(action_space).__name__}; valid choices: Box, Discrete")
+
+
+class BoundedMean(nn.Module):
+    """The Gaussian mean kept inside a Box action space: ``center + half_range * tanh(x)``.
+
+    Only the mean is bounded; actions are still drawn from N(mean, std) and scored by the same
+    Gaussian log-probability and entropy, so PPO's ratio and its entropy bonus are unchanged. A
+    tanh-squashed Gaussian (SB3's ``SquashedDiagGaussianDistribution``) would also bound the
+    samples, but changes the likelihood (its log-det term) and makes the entropy an estimate: two
+    changes at once where the hypothesis under test is only the mean leaving the box
+    (docs/results.md, §5).
+    """
+
+    def __init__(self, action_space: spaces.Space) -> None:
+        super().__init__()
+        if not isinstance(action_space, spaces.Box) or not np.all(np.isfinite(action_space.low)) or not np.all(np.isfinite(action_space.high)):
+            raise ValueError(f"a bounded mean needs a Box action space with finite bounds; got {action_space}")
+        low = torch.as_tensor(np.asarray(action_space.low, dtype=np.float32))
+        high = torch.as_tensor(np.asarray(action_space.high, dtype=np.float32))
+        self.register_buffer("center", (high + low) / 2)
+        self.register_buffer("half_range", (high - low) / 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.center + self.half_range * torch.tanh(x)
 
 
 class ActorCriticEval(NamedTuple):
@@ -72,6 +97,7 @@ class MoEActorCriticPolicy(ActorCriticPolicy):
     :param critic_moe: use a MoE critic (default dense, as in the SPHERE paper's Algorithm 1)
     :param actor_cfg: full actor :class:`NetConfig` (overrides the flat arguments)
     :param critic_cfg: full critic :class:`NetConfig`
+    :param bounded_mean: keep the Gaussian mean inside the action box (:class:`BoundedMean`)
     :param arch: flat :class:`NetConfig` fields shared by MoE sides: ``n_experts``, ``top_k``,
         ``hidden``, ``activation``, ``layer_norm``, ``temperature``, ``gate_hidden``, ...
     """
@@ -87,8 +113,10 @@ class MoEActorCriticPolicy(ActorCriticPolicy):
         actor_cfg: NetConfig | dict[str, Any] | None = None,
         critic_cfg: NetConfig | dict[str, Any] | None = None,
         ortho_init: bool = False,
+        bounded_mean: bool = False,
         **kwargs: Any,
     ) -> None:
+        self.bounded_mean = bounded_mean
         self.actor_cfg, self.critic_cfg = pop_net_configs(kwargs, moe, actor_moe, critic_moe, actor_cfg, critic_cfg)
         # The networks carry their own init; SB3's ortho_init would overwrite the gate's gains.
         super().__init__(observation_space, action_space, lr_schedule, ortho_init=ortho_init, **kwargs)
@@ -101,14 +129,14 @@ class MoEActorCriticPolicy(ActorCriticPolicy):
     def _build(self, lr_schedule: Schedule) -> None:
         self.optimizer_kwargs = fused_optimizer_kwargs(self.optimizer_class, self.optimizer_kwargs)
         super()._build(lr_schedule)
-        self.action_net = nn.Identity()
+        self.action_net = BoundedMean(self.action_space) if self.bounded_mean else nn.Identity()
         self.value_net = nn.Identity()
         # Rebuild: the base class made its optimizer over the linear heads just replaced.
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
-        data.update(actor_cfg=self.actor_cfg.to_dict(), critic_cfg=self.critic_cfg.to_dict())
+        data.update(actor_cfg=self.actor_cfg.to_dict(), critic_cfg=self.critic_cfg.to_dict(), bounded_mean=self.bounded_mean)
         for key in ("net_arch", "activation_fn"):
             data.pop(key, None)
         return data

@@ -147,6 +147,19 @@ def sphere_value(stats: GramStats, alpha: float | None = None, scale_invariant: 
     return torch.where(tr2 > 0, value / tr2.clamp_min(torch.finfo(tr2.dtype).tiny), torch.zeros_like(value))
 
 
+#: An update is *collapsed* when SPHERE's coefficient lambda (the update's mean) exceeds
+#: COLLAPSE_COEF or its penalty falls below COLLAPSE_LOSS: the penalty ||A||^2 - tr(A)^2/m is then
+#: driving the regularized features toward zero (docs/results.md, "Definitions"). Logged per update
+#: as ``train/sphere_collapsed``.
+COLLAPSE_COEF = 1e4
+COLLAPSE_LOSS = 1e-8
+
+
+def is_collapsed(coef: float, loss: float) -> bool:
+    """Whether an update with mean lambda ``coef`` and mean penalty ``loss`` is collapsed."""
+    return abs(coef) > COLLAPSE_COEF or loss < COLLAPSE_LOSS
+
+
 def feature_blocks(out: MoEOutput, layers: tuple[int, ...], weighted: bool) -> list[FeatureBlock]:
     """One block per expert stack; several layers are concatenated along the feature axis."""
     blocks = []
@@ -206,6 +219,8 @@ class Sphere(Regularizer):
         self._high_updates = 0  # updates in a row with lambda above warn_coef
         self._sync_free = False
         self._last_gram: Tensor | None = None  # the sync-free path's latest A_last Gram, ranked in logs()
+        self._last_trace: Tensor | None = None  # tr(A_last) of the latest call, read once per update in logs()
+        self._trace0: float | None = None  # tr(A_last) at the run's first update: the fresh network's
 
     @property
     def graph_safe(self) -> bool:
@@ -320,6 +335,8 @@ class Sphere(Regularizer):
             stats_per_stack = per_expert_stats(blocks)
             return sum((sphere_value(s, cfg.alpha, cfg.scale_invariant).sum() for s in stats_per_stack), start=blocks[0].feats.new_zeros(()))
         stats = gram_stats(blocks, cfg.space)
+        if log_rank:
+            self._last_trace = stats.trace.detach()
         if log_rank and cfg.rank_every:
             if self._sync_free:  # an eigvalsh reads the device: rank the latest Gram once per update
                 self._last_gram = stats.gram.detach()
@@ -333,6 +350,12 @@ class Sphere(Regularizer):
         (a host read there costs nothing) it also watches lambda for the collapse warning."""
         if self._last_gram is not None:
             self._last["sphere_feature_rank"] = effective_rank(self._last_gram)
+        if self._last_trace is not None:
+            trace = float(self._last_trace)
+            if self._trace0 is None:
+                self._trace0 = trace
+            self._last["sphere_trace"] = trace
+            self._last["sphere_trace_ratio"] = trace / self._trace0 if self._trace0 > 0 else float("nan")
         return dict(self._last)
 
     def logged(self, values: dict[str, float]) -> None:
@@ -340,6 +363,9 @@ class Sphere(Regularizer):
         aside) has stayed above ``warn_coef`` for ``warn_updates`` updates in a row."""
         cfg = self.config
         coefs = [abs(v) for k, v in values.items() if k.startswith(f"train/coef_{self.name}") and not k.endswith("_gate")]
+        losses = [v for k, v in values.items() if k.startswith(f"train/loss_{self.name}") and not k.endswith("_gate")]
+        if losses:
+            self._last["sphere_collapsed"] = float(is_collapsed(max(coefs, default=0.0), min(losses)))
         if not coefs:
             return
         coef = max(coefs)
@@ -354,9 +380,13 @@ class Sphere(Regularizer):
     def state_dict(self, policy: Any) -> dict[str, Any]:
         # The call count drives rank_every and ratio_every; the ratios are reused in between; the
         # last logged rank is logged again until the next sampled call, resumed or not.
-        return {"calls": self._calls, "ratios": {k: float(v) for k, v in self._ratios.items()}, "last": {k: float(v) for k, v in self._last.items()}}
+        return {
+            "calls": self._calls, "ratios": {k: float(v) for k, v in self._ratios.items()},
+            "last": {k: float(v) for k, v in self._last.items()}, "trace0": self._trace0,
+        }  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any], policy: Any) -> None:
         self._calls = int(state["calls"])
         self._ratios = {str(k): float(v) for k, v in state["ratios"].items()}
         self._last = {str(k): float(v) for k, v in state.get("last", {}).items()}
+        self._trace0 = None if state.get("trace0") is None else float(state["trace0"])

@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from rl_moe.report.collapse import TAGS as COLLAPSE_TAGS
+from rl_moe.report.collapse import collapse_table
 from rl_moe.report.loading import ReportError, RunSet, describe_rules, load_runs
 from rl_moe.report.render import Block, Heading, Image, Paragraph, to_html, to_markdown
 from rl_moe.report.scalars import PLASTICITY_TAGS, TAG_LABELS, Curve, load_scalars
@@ -87,7 +89,7 @@ def _figures(ctx: Context, opts: ReportOptions, out: Path, scalars: dict[Path, d
 
 def report_blocks(runset: RunSet, opts: ReportOptions, out: Path) -> list[Block]:
     """Every section of the report; figures are written into ``out`` as a side effect."""
-    scalars = {r.path: load_scalars(r.path, prefixes=tuple(opts.plasticity_tags)) for r in runset.runs}
+    scalars = {r.path: load_scalars(r.path, prefixes=(*opts.plasticity_tags, *COLLAPSE_TAGS)) for r in runset.runs}
     blocks: list[Block] = [Heading("rl_moe report", 1)]
     n_runs = len(runset.runs)
     blocks.append(Paragraph(f"{n_runs} runs in {len(runset.groups)} groups (suite / algo / method / protocol). Standard deviations are over seeds (ddof=0); CIs are 95% percentile intervals of a bootstrap over runs stratified by task ({opts.reps} replicas)."))
@@ -114,6 +116,10 @@ def report_blocks(runset: RunSet, opts: ReportOptions, out: Path) -> list[Block]
         table = cl_table(ctx, opts.baseline, opts.method)
         if table:
             blocks.append(Heading("Continual World metrics", 3))
+            blocks.append(table)
+        table = collapse_table(ctx, scalars, opts.baseline, opts.method)
+        if table:
+            blocks.append(Heading("Collapse and action box", 3))
             blocks.append(table)
         blocks.append(Heading("Figures", 3))
         blocks.extend(_figures(ctx, opts, out, scalars))

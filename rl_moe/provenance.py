@@ -1,0 +1,51 @@
+"""Where a run's numbers came from: the code's git commit (with a dirty flag) and the env backend
+each task actually stepped on. Written into ``config.json`` and ``results.json`` so that no table
+mixes commits or backends without saying so (docs/continual.md, "Run folder")."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+#: The repository root of an editable install (the package's parent folder).
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(_ROOT), *args], capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def code_version() -> dict[str, Any]:
+    """``{"commit": sha, "dirty": bool}`` of the checkout the package runs from; both None where
+    it is not a git checkout (an installed wheel). Dirty means a tracked file differs from the
+    commit (untracked files such as run folders do not count)."""
+    commit = _git("rev-parse", "HEAD")
+    if not commit:
+        return {"commit": None, "dirty": None}
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def vec_env_backend(env: Any, family: str) -> str:
+    """What steps a task's vectorized env: ``envpool``, or ``dummy``/``subproc`` followed by
+    ``+fast`` where its MetaWorld envs run on the fast path (rl_moe.envs.metaworld_fast)."""
+    # lazy: config resolution imports this module, and must not load SB3's vec envs or MuJoCo
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnvWrapper
+
+    from rl_moe.envs import metaworld_fast  # lazy: as above
+    from rl_moe.envs.families import metaworld_fast_enabled  # lazy: as above
+
+    while isinstance(env, VecEnvWrapper):  # VecNormalize
+        env = env.venv
+    if isinstance(env, DummyVecEnv):
+        return "dummy+fast" if metaworld_fast.is_fast(env.envs[0]) else "dummy"
+    if isinstance(env, SubprocVecEnv):
+        # The workers build their envs under the same environment variable and metaworld release.
+        fast = family == "metaworld" and metaworld_fast_enabled() and metaworld_fast.unsupported_reason() is None
+        return "subproc+fast" if fast else "subproc"
+    return "envpool" if type(env).__name__ == "EnvPoolMetaWorld" else type(env).__name__
