@@ -71,7 +71,8 @@ def output_path(run_dir: Path, router: str, alpha: float) -> Path:
     return RunDir(run_dir).reroute(router, alpha)
 
 
-def _load(run_dir: Path) -> tuple[Any, dict[str, Any]]:
+def read_run(run_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """A run folder's config and results; :class:`UsageError` when it is not one."""
     files = RunDir(run_dir)
     for path in (files.config, files.results):
         if not path.is_file():
@@ -102,7 +103,7 @@ def check_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
         raise UsageError(f"no such run folder {args.run_dir!r}")
-    cfg, results = _load(run_dir)
+    cfg, results = read_run(run_dir)
     kind = get_method(cfg.method).kind
     if not cfg.net.actor_moe or kind not in REROUTABLE_KINDS:
         raise UsageError(f"run {str(run_dir)!r} has a {kind!r} actor; --router needs a Top-K routed actor: {', '.join(REROUTABLE_KINDS)}")
@@ -130,7 +131,7 @@ def reevaluate(run_dir: Path, cfg: Any, results: dict[str, Any], router: str, al
             model = build_model(cfg, env, device)
             model.set_parameters(str(RunDir(run_dir).checkpoint(i, sched.tasks[i].name)), exact_match=True, device=device)
             reroute_actor(model.policy, router, alpha, top_c)
-            norm = sched._load_vecnormalize(i)
+            norm = sched.load_vecnormalize(i)
             for j, cell in enumerate(original[i]):
                 if cell is not None:
                     matrix[i][j] = evaluate(model, sched.eval_factories(j), episodes, None if norm is None else norm.obs_rms, cfg.vec_env).success

@@ -120,16 +120,18 @@ class ContinualScheduler:
     def _seed(self, offset: int, task_index: int) -> int:
         return self.cfg.seed * 100_000 + offset + task_index * 100
 
-    def eval_factories(self, j: int, heldout: bool | None = None) -> list[EnvFactory]:
+    def eval_factories(self, j: int, heldout: bool | None = None, n_envs: int | None = None) -> list[EnvFactory]:
         """Fixed-seed eval envs of task ``j``: every checkpoint is scored on the same goals.
 
         :param heldout: seeds of their own (True) or the first training envs' (False); None: the
             run's main view (``eval.positions``: held-out unless ``train`` or ``both``)
+        :param n_envs: envs (default ``eval.n_envs``); more held-out envs extend the run's own:
+            seeds run on from the same first one, so the first ``eval.n_envs`` are the run's
         """
         if heldout is None:
             heldout = self.cfg.eval.positions == "heldout"
         offset = _EVAL_SEED if heldout else _TRAIN_SEED
-        return task_factories(self.suite, self.tasks[j], self.cfg.eval.n_envs, self._seed(offset, j))
+        return task_factories(self.suite, self.tasks[j], n_envs or self.cfg.eval.n_envs, self._seed(offset, j))
 
     def _make_env(self, i: int, previous: VecEnv | None) -> VecEnv:
         factories = task_factories(self.suite, self.tasks[i], self.algo_cfg.n_envs, self._seed(_TRAIN_SEED, i))
@@ -263,7 +265,7 @@ class ContinualScheduler:
     def _finish_evaluation(self, i: int) -> None:
         """Evaluate finished task ``i``'s success-matrix row, whose run was interrupted after the
         checkpoint was written: the task is not trained again."""
-        previous = self._load_vecnormalize(i) if self.algo_cfg.normalize_obs else None
+        previous = self.load_vecnormalize(i) if self.algo_cfg.normalize_obs else None
         env = self._make_env(i, None)
         if isinstance(env, VecNormalize) and isinstance(previous, VecNormalize):
             env.obs_rms, env.ret_rms = copy.deepcopy(previous.obs_rms), copy.deepcopy(previous.ret_rms)
@@ -280,7 +282,7 @@ class ContinualScheduler:
         t0 = time.perf_counter()
         previous = self.env
         if previous is None and cfg.protocol == "crl" and i > 0 and self.algo_cfg.normalize_obs:
-            previous = self._load_vecnormalize(i - 1)
+            previous = self.load_vecnormalize(i - 1)
         env = self._make_env(i, previous)
         if self.env is not None and self.env is not env:
             self._close_env()
@@ -489,7 +491,8 @@ class ContinualScheduler:
         elif isinstance(self.model, RegularizedMixin):
             self.model.load_regularizer_state(state)
 
-    def _load_vecnormalize(self, i: int) -> VecNormalize | None:
+    def load_vecnormalize(self, i: int) -> VecNormalize | None:
+        """The observation statistics saved with finished task ``i``'s checkpoint (None: none)."""
         path = RunDir.vecnormalize(self.files.checkpoint(i, self.tasks[i].name))
         if not path.is_file():
             return None
