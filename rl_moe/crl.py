@@ -213,7 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(plan.for_task(native=cfg.vec_env == "envpool"))
     set_pool_threads(threads[1])
 
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:  # checked writable above; a folder that vanishes or a full disk can still refuse it
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        sys.stderr.write(f"error: cannot make the run folder {str(run_dir)!r} ({exc.strerror or exc})\n")
+        return EXIT_USAGE
     try:  # before anything is written: a second writer would mix its files into the first's
         lock = RunLock(run_dir).acquire()
     except RunLocked as exc:

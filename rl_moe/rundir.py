@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 #: The held-out probe batch of a run (written by :mod:`rl_moe.diagnostics.probe`); named here,
@@ -120,3 +121,9 @@ def check_writable_folder(path: str | Path, flag: str) -> None:
         raise ValueError(f"{flag} {str(path)!r} lies under {str(ancestor)!r}, which is a file, not a folder")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise ValueError(f"{flag} {str(path)!r}: no permission to write in {str(ancestor)!r}")
+    # Permission bits do not tell the whole story (root may write anywhere, yet /proc and /sys
+    # refuse new folders; a read-only mount refuses everyone): make a folder there and remove it.
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".rl_moe-write-check-", dir=ancestor))
+    except OSError as exc:
+        raise ValueError(f"{flag} {str(path)!r}: cannot make a folder in {str(ancestor)!r} ({exc.strerror or exc})") from None

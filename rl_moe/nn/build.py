@@ -5,7 +5,11 @@ It sits above every network module (routers, companion networks), so none of the
 
 from __future__ import annotations
 
-from torch import nn
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
 
 from rl_moe.nn.companions import SDMoE, SSMoE
 from rl_moe.nn.config import NetConfig
@@ -44,4 +48,16 @@ def build_network(in_dim: int, out_dim: int, cfg: NetConfig | None = None, out_g
         scheme(net)
     if cfg.spectral_norm:
         spectral_normalize(net)
+    net.register_forward_pre_hook(_as_network_input)
     return net
+
+
+def _as_network_input(net: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """Accept what an env returns: a numpy array or a tensor of another dtype (MetaWorld gives
+    float64) becomes a tensor of the network's own dtype and device; a matching tensor passes
+    untouched (None: the arguments stay as they are)."""
+    param = next(net.parameters(), None)
+    x = args[0] if args else None
+    if param is None or x is None or (isinstance(x, Tensor) and x.dtype == param.dtype and x.device == param.device):
+        return None
+    return (torch.as_tensor(np.asarray(x) if not isinstance(x, Tensor) else x, dtype=param.dtype, device=param.device), *args[1:])

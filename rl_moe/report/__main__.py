@@ -10,6 +10,7 @@ from pathlib import Path
 from rl_moe.cli import UsageParser
 from rl_moe.report.build import MISSING_MATPLOTLIB, ReportOptions, build_report
 from rl_moe.report.loading import ReportError
+from rl_moe.rundir import check_writable_folder
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     required = tuple(n for n in (args.baseline, args.method) if n)
     first = args.runs[0]
     out = args.out or (first if first.is_dir() else first.parent) / "report"
+    try:
+        check_writable_folder(out, "--out")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         files = build_report(list(args.runs), out, opts, required=required)
     except ReportError as exc:

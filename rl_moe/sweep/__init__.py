@@ -41,6 +41,7 @@ from rl_moe import crl
 from rl_moe.cli import EXIT_INTERRUPTED, EXIT_USAGE, UsageParser
 from rl_moe.continual.learners import LEARNERS
 from rl_moe.errors import UsageError
+from rl_moe.rundir import check_writable_folder
 from rl_moe.runlock import Holder, lock_holder
 from rl_moe.sweep.backends import (
     LocalPlan, Outcomes, RayOptions, check_parallel, local_slots, pin_gpu, plan_local, ray_available, run_local,
@@ -73,6 +74,10 @@ def validate(cfg: SweepConfig, trials: Sequence[Trial]) -> None:
     if cfg.gpus_per_trial < 0:
         raise SweepError(f"--gpus-per-trial must be >= 0, got {cfg.gpus_per_trial}")
     check_parallel(cfg)
+    try:
+        check_writable_folder(cfg.out, "--out")
+    except ValueError as exc:
+        raise SweepError(str(exc)) from None
     if len(set(cfg.seeds)) != len(cfg.seeds):
         raise SweepError(f"duplicate seeds in --seed {' '.join(map(str, cfg.seeds))}")
 
