@@ -24,7 +24,7 @@ from rl_moe.report.stats import (
     probability_of_improvement_ci,
     task_auc,
 )
-from rl_moe.report.tables import contexts, per_task, rl_crl_gap, robust, run_cl_metrics
+from rl_moe.report.tables import budget_note, contexts, per_task, rl_crl_gap, robust, run_cl_metrics
 
 TASKS = ["reach", "push", "pick"]
 SPT = 100
@@ -151,8 +151,11 @@ def test_paper_columns_next_to_cw10_tasks(tmp_path: Path) -> None:
     assert table_row(md, crl, "push-wall-v3") == ["0.00 ± 0.00", "0.00 ± 0.00", "0.00 ± 0.00", "0.70 ± 0.25"]
     assert table_row(md, crl, "faucet-close-v3")[2:] == ["0.38 ± 0.47", "1.00 ± 0.00"]
     assert table_row(md, crl, "average")[2:] == ["—", "—"]
-    assert "SPHERE Table 14" in md[md.index(crl):md.index(crl) + 200]
+    caption = md[md.index(crl):].split("\n")[0]
+    assert "SPHERE Table 14" in caption and f"**{SPT:,} steps per task (paper: 1,000,000): below the paper's budget, not comparable**" in caption
     assert table_row(md, "mw3 / ppo / RL: success right after", "window-close-v3") == ["0.90", "1.00 ± 0.00"]
+    # At the paper's budget the caption names it without the flag (tables.budget_note).
+    assert budget_note(1_015_808) == "1,015,808 steps per task (paper: 1,000,000)"
     # The final-checkpoint table has no paper columns.
     assert len(table_row(md, "cw10 / ppo / CRL: final-checkpoint", "hammer-v3")) == 2
 

@@ -10,6 +10,9 @@ CW10_TASKS = (
     "handle-press-side", "push", "shelf-place", "window-close", "peg-unplug-side",
 )  # fmt: skip
 
+#: Env steps per task behind Tables 13 and 14 (the paper's MetaWorld budget).
+PAPER_STEPS_PER_TASK = 1_000_000
+
 #: Paper column -> rl_moe ``--method`` name.
 METHODS = {"PPO": "dense", "PPO(10x)": "dense10x", "Top-K MoE": "topk", "LN": "ln", "SPHERE": "sphere", "C-CHAIN": "cchain", "CBP": "cbp", "PW": "parseval"}
 

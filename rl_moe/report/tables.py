@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rl_moe.report.loading import Run, RunSet
-from rl_moe.report.paper import paper_cells
+from rl_moe.report.paper import PAPER_STEPS_PER_TASK, paper_cells
 from rl_moe.report.render import Table
 from rl_moe.report.stats import (
     CLMetrics,
@@ -79,6 +79,13 @@ def per_task(runs: Sequence[Run], field: str = "own") -> PerTask:
     return PerTask(cells, mean_std(seed_avg))
 
 
+def budget_note(steps_per_task: int) -> str:
+    """Our runs' budget beside the paper's, flagged where it is smaller (not comparable)."""
+    note = f"{steps_per_task:,} steps per task (paper: {PAPER_STEPS_PER_TASK:,})"
+    # PPO rounds a 1M budget up to whole rollouts (1,015,808), never down.
+    return note if steps_per_task >= PAPER_STEPS_PER_TASK else f"**{note}: below the paper's budget, not comparable**"
+
+
 def _seeds_label(runs: Sequence[Run]) -> str:
     return f"(n={len(runs)})"
 
@@ -100,7 +107,7 @@ def success_table(ctx: Context, protocol: str, field: str, baseline: str, method
     header = ("task", *(f"{m} {_seeds_label(by_method[m])}" for m in methods), *(f"paper: {m} (n=5)" for m in paper))
     caption = f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {FIELDS[field]} (mean ± std over seeds)"
     if paper:
-        caption += f"; paper: SPHERE Table {13 if protocol == 'rl' else 14}"
+        caption += f"; paper: SPHERE Table {13 if protocol == 'rl' else 14}; {budget_note(ctx.steps_per_task)}"
     return Table(header, tuple(rows), caption)
 
 
