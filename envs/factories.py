@@ -96,6 +96,24 @@ def _note_fallback(task: str, why: str) -> None:
         sys.stderr.write(note)
 
 
+def announce_fallbacks(suite: Suite, tasks: list[TaskSpec]) -> None:
+    """One note at a run's start naming every task the native pool leaves to the official envs,
+    with the reasons; the per-task notes of :func:`make_vec_env` then stay silent for them."""
+    refusal = FAMILIES[suite.family].pool_refusal
+    if refusal is None:
+        return
+    reasons: dict[str, list[str]] = {}
+    for task in tasks:
+        why = refusal(task)
+        if why is not None:
+            _FELL_BACK.add(f"note: {task.name} runs on the official in-process envs, not EnvPool: {why}\n")
+            reasons.setdefault(why, []).append(task.name)
+    if reasons:
+        n = sum(len(v) for v in reasons.values())
+        parts = "; ".join(f"{', '.join(names)}: {why}" for why, names in reasons.items())
+        sys.stderr.write(f"note: {n} of {len(tasks)} tasks run on the official in-process envs, not EnvPool ({parts})\n")
+
+
 def resolve_vec_env_type(vec_env: str, n_envs: int, cpu_count: int | None = None, family: str | None = None) -> str:
     """``dummy``, ``subproc`` or ``envpool`` for a run of the suite family ``family``.
 

@@ -57,6 +57,8 @@ class EnvFamily:
         backend (``--vec-env envpool``) with the same protocol as the factories, returning instead
         a one-line reason for a task it does not serve faithfully (the official envs then serve
         it); None where the family has no native backend
+    :param pool_refusal: ``task -> reason | None``: the reason ``pool`` would give, without
+        building anything (so a run can name its fallbacks once, at its start)
     :param stage_keys: numeric ``info`` keys logged at episode ends as ``rollout/final_<key>``
         (:mod:`rl_moe.envs.stages`): the stages a task's reward is built from
     :param task_fields: the fields a suite's task may carry besides ``name`` and ``success_bar``
@@ -70,6 +72,7 @@ class EnvFamily:
     check_available: Callable[[], None] = _always_available
     expert: Callable[[str], Expert] | None = None
     pool: Callable[[TaskSpec, list[int], int, int], Any] | None = None
+    pool_refusal: Callable[[TaskSpec], str | None] | None = None
     stage_keys: tuple[str, ...] = ()
     task_fields: tuple[str, ...] = ()
 
@@ -180,8 +183,8 @@ def metaworld_expert(task: str) -> Expert:
     return cls()
 
 
-def _metaworld_pool(task: TaskSpec, seeds: list[int], episode_length: int, threads: int) -> Any:
-    """EnvPool's native MetaWorld v3 envs for ``task``, or why the official envs serve it."""
+def _metaworld_pool_refusal(task: TaskSpec) -> str | None:
+    """Why EnvPool does not serve ``task`` faithfully (the official envs run it), or None."""
     if task.name in ENVPOOL_MISMATCHED:
         return ENVPOOL_MISMATCHED[task.name]
     if task.name not in ENVPOOL_VERIFIED:
@@ -191,6 +194,14 @@ def _metaworld_pool(task: TaskSpec, seeds: list[int], episode_length: int, threa
         return f"EnvPool computes MetaWorld's default reward only, not reward_version {version!r}"
     if metaworld_positions(task) != METAWORLD_POSITIONS[0]:
         return f"EnvPool's MetaWorld draws a new position at every reset; it cannot keep positions {metaworld_positions(task)!r}"
+    return None
+
+
+def _metaworld_pool(task: TaskSpec, seeds: list[int], episode_length: int, threads: int) -> Any:
+    """EnvPool's native MetaWorld v3 envs for ``task``, or why the official envs serve it."""
+    refusal = _metaworld_pool_refusal(task)
+    if refusal is not None:
+        return refusal
     return EnvPoolMetaWorld(task.name, seeds, episode_length, threads, official_observation_space())
 
 
@@ -237,7 +248,7 @@ def _check_smoke_tasks(suite: Suite) -> None:
 FAMILIES: dict[str, EnvFamily] = {
     "metaworld": EnvFamily(
         name="metaworld", make=_make_metaworld, reseed=_reseed_metaworld, check_tasks=_check_metaworld_tasks,
-        check_available=_check_metaworld_available, expert=metaworld_expert, pool=_metaworld_pool,
+        check_available=_check_metaworld_available, expert=metaworld_expert, pool=_metaworld_pool, pool_refusal=_metaworld_pool_refusal,
         stage_keys=("near_object", "grasp_success", "grasp_reward", "in_place_reward", "obj_to_target"),
         task_fields=METAWORLD_TASK_FIELDS,
     ),

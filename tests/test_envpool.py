@@ -285,3 +285,22 @@ def test_envpool_run_records_its_backend_and_a_resume_may_not_change_it(tmp_path
     assert res["complete"] and all(v is not None for v in res["success_matrix"][-1])
     assert main(["--resume", str(run), "--vec-env", "dummy"]) == 2
     assert "--vec-env dummy conflicts with the resumed run's stored 'envpool'" in capsys.readouterr().err
+
+
+def test_a_run_names_its_fallbacks_once_at_its_start(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One line for the whole run, grouped by reason; the per-task notes stay silent afterwards."""
+    from rl_moe.envs import factories
+    from rl_moe.envs.suites import load_suite
+
+    monkeypatch.setattr(factories, "_FELL_BACK", set())
+    paper = load_suite("cw10-paper")
+    factories.announce_fallbacks(paper, list(paper.tasks))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("note: 10 of 10 tasks run on the official in-process envs, not EnvPool (")
+    assert "hammer-v3" in err[0] and "cannot keep positions 'fixed'" in err[0] and err[0].count("push-wall-v3") == 1
+    factories._note_fallback("push-wall-v3", factories.FAMILIES["metaworld"].pool_refusal(paper.tasks[1]))  # type: ignore[misc]
+    assert capsys.readouterr().err == ""
+    cw = load_suite("cw10")
+    factories.announce_fallbacks(cw, list(cw.tasks))
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("note: 3 of 10 tasks") and all(t in line for t in ENVPOOL_MISMATCHED)

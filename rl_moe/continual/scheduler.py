@@ -36,7 +36,7 @@ from rl_moe.continual.learners import get_learner
 from rl_moe.continual.probe_states import default_probe_policy, load_or_collect, make_probe_callback, probe_factories
 from rl_moe.continual.progress import ProgressLine
 from rl_moe.continual.resolve import suite_of
-from rl_moe.envs.factories import EnvFactory, make_vec_env, task_factories
+from rl_moe.envs.factories import EnvFactory, announce_fallbacks, make_vec_env, task_factories
 from rl_moe.envs.families import get_family
 from rl_moe.envs.stages import EpisodeStages
 from rl_moe.envs.threads import ThreadGovernor, current_plan
@@ -176,6 +176,8 @@ class ContinualScheduler:
         cfg, res = self.cfg, self.results
         fix_mmap_threshold()  # before the model and the envs allocate: keeps RSS level over tasks
         res.save(self.files.results)
+        if cfg.vec_env == "envpool":
+            announce_fallbacks(self.suite, self.tasks)
         probe_states = None
         if cfg.probe.enabled:
             # Configs resolved before probe.policy existed hold "auto": resolve it the same way.
