@@ -3,7 +3,8 @@
     python results/tools/collect_runs.py ~/rl_moe-runs/mw3easy results/mw3easy
 
 Keeps ``config.json``, ``results.json``, the TensorBoard events (``tb/``), the probe batch
-(``probe_states.pt``, 40 kB) and ``sweep.log``; leaves out checkpoints (19 MB each on CW10).
+(``probe_states.pt``, 40 kB), ``sweep.log`` and the held-out scores of ``python -m
+rl_moe.positions`` (``positions-<N>.json``); leaves out checkpoints (19 MB each on CW10).
 Runs still in progress are copied as they stand (their results.json counts the finished tasks).
 """
 
@@ -28,6 +29,8 @@ def collect(src: Path, dst: Path) -> list[Path]:
         for name in KEEP:
             if (run / name).is_file():
                 shutil.copy2(run / name, out / name)
+        for scores in run.glob("positions-*.json"):
+            shutil.copy2(scores, out / scores.name)
         if (run / "tb").is_dir():
             shutil.copytree(run / "tb", out / "tb")
         copied.append(out)
