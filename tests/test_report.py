@@ -509,3 +509,28 @@ def test_rerun_removes_only_its_own_stale_figures(tmp_path: Path) -> None:
     assert not first & second and "notes.png" in second
     assert second - {"notes.png"} == {name for name in second if f"]({name})" in md}
     assert any("joint-gradient-clipping" in name for name in second)
+
+
+def test_iqm_difference_and_the_chance_to_separate_have_known_answers() -> None:
+    from rl_moe.report.stats import iqm_difference_ci, power_to_separate
+
+    ones, zeros = np.ones((3, 3)), np.zeros((3, 3))
+    assert tuple(iqm_difference_ci(ones, zeros, reps=500)) == (1.0, 1.0, 1.0)
+    assert power_to_separate(ones, zeros, 3, sims=50, reps=200) == 1.0
+    # the same population on both sides: the CI excludes 0 less often than with a real difference
+    # (a percentile bootstrap over few discrete runs does so more often than the nominal 5%: 0.1-0.2)
+    pop = np.array([[0.0, 0.2, 1.0], [0.2, 0.0, 0.4], [1.0, 0.4, 1.0], [0.0, 0.0, 0.0]])
+    assert power_to_separate(pop, pop, 5, sims=200, reps=400) < 0.3
+    assert power_to_separate(np.ones((4, 3)), np.ones((4, 3)), 5, sims=50, reps=100) == 0.0
+    # a real difference: more runs, more often separated
+    better = np.clip(pop + 0.3, 0, 1)
+    assert power_to_separate(better, pop, 20, sims=200, reps=400) > power_to_separate(better, pop, 3, sims=200, reps=400)
+
+
+def test_the_report_says_how_far_the_methods_are_from_separating(report: tuple[Path, str]) -> None:
+    _, md = report
+    caption = "chance that its 95% CI excludes 0"
+    assert caption in md
+    row = table_row(md, caption, "sphere")
+    assert row[0] == "2 / 2" and row[2] in ("yes", "not separated yet") and all(0.0 <= float(v) <= 1.0 for v in row[3:])
+    assert len(row) == 8  # runs, difference, verdict, 4 chances, the false-separation rate

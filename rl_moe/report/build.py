@@ -19,6 +19,7 @@ from rl_moe.report.tables import (
     incomplete_runs,
     method_order,
     robust_table,
+    separation_table,
     success_table,
     summary_lines,
 )
@@ -111,6 +112,9 @@ def report_blocks(runset: RunSet, opts: ReportOptions, out: Path) -> list[Block]
         blocks.append(Heading("Robust aggregates", 3))
         for protocol in ("rl", "crl"):
             table = robust_table(ctx, protocol, opts.baseline, opts.method, opts.reps)
+            if table:
+                blocks.append(table)
+            table = separation_table(ctx, protocol, opts.baseline, opts.method, opts.reps)
             if table:
                 blocks.append(table)
         table = cl_table(ctx, opts.baseline, opts.method)
