@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-
 from typing import Any
 
 import gymnasium as gym
@@ -89,8 +88,12 @@ def task_factories(suite: Suite, task: TaskSpec, n_envs: int, seed: int) -> list
 _FELL_BACK: set[str] = set()
 
 
+def _fallback_note(task: str, why: str) -> str:
+    return f"note: {task} runs on the official in-process envs, not EnvPool: {why}\n"
+
+
 def _note_fallback(task: str, why: str) -> None:
-    note = f"note: {task} runs on the official in-process envs, not EnvPool: {why}\n"
+    note = _fallback_note(task, why)
     if note not in _FELL_BACK:
         _FELL_BACK.add(note)
         sys.stderr.write(note)
@@ -106,7 +109,7 @@ def announce_fallbacks(suite: Suite, tasks: list[TaskSpec]) -> None:
     for task in tasks:
         why = refusal(task)
         if why is not None:
-            _FELL_BACK.add(f"note: {task.name} runs on the official in-process envs, not EnvPool: {why}\n")
+            _FELL_BACK.add(_fallback_note(task.name, why))
             reasons.setdefault(why, []).append(task.name)
     if reasons:
         n = sum(len(v) for v in reasons.values())

@@ -119,6 +119,15 @@ def reroute_actor(policy: nn.Module, router: str, alpha: float, top_c: int) -> N
     policy.replace_actor_network(lambda net: ROUTERS[router](net, alpha, top_c))
 
 
+def load_task_model(run_dir: Path, cfg: Any, sched: ContinualScheduler, i: int, env: Any, device: str) -> tuple[Any, Any]:
+    """Finished task ``i``'s checkpoint loaded into a learner built on ``env``, and the observation
+    statistics saved with it (None without ``VecNormalize``)."""
+    model = build_model(cfg, env, device)
+    model.set_parameters(str(RunDir(run_dir).checkpoint(i, sched.tasks[i].name)), exact_match=True, device=device)
+    norm = sched.load_vecnormalize(i)
+    return model, None if norm is None else norm.obs_rms
+
+
 def reevaluate(run_dir: Path, cfg: Any, results: dict[str, Any], router: str, alpha: float, top_c: int, episodes: int, device: str) -> list[list[float | None]]:
     """The success matrix of the re-routed checkpoints, on the cells the run's matrix filled."""
 
@@ -128,13 +137,11 @@ def reevaluate(run_dir: Path, cfg: Any, results: dict[str, Any], router: str, al
     matrix: list[list[float | None]] = [[None] * len(sched.tasks) for _ in sched.tasks]
     try:
         for i in range(int(results["finished_tasks"])):
-            model = build_model(cfg, env, device)
-            model.set_parameters(str(RunDir(run_dir).checkpoint(i, sched.tasks[i].name)), exact_match=True, device=device)
+            model, rms = load_task_model(run_dir, cfg, sched, i, env, device)
             reroute_actor(model.policy, router, alpha, top_c)
-            norm = sched.load_vecnormalize(i)
             for j, cell in enumerate(original[i]):
                 if cell is not None:
-                    matrix[i][j] = evaluate(model, sched.eval_factories(j), episodes, None if norm is None else norm.obs_rms, cfg.vec_env).success
+                    matrix[i][j] = evaluate(model, sched.eval_factories(j), episodes, rms, cfg.vec_env).success
     finally:
         env.close()
     return matrix

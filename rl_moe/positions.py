@@ -24,13 +24,11 @@ import torch
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rl_moe.cli import EXIT_USAGE, UsageParser
-from rl_moe.continual.agents import build_model
 from rl_moe.continual.evaluation import EvalResult, evaluate
 from rl_moe.continual.results import write_json_atomic
 from rl_moe.continual.scheduler import ContinualScheduler
 from rl_moe.errors import UsageError
-from rl_moe.evaluate import read_run
-from rl_moe.rundir import RunDir
+from rl_moe.evaluate import load_task_model, read_run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,10 +68,7 @@ def score(run_dir: Path, cfg: Any, results: dict[str, Any], heldout: int, episod
     last_row: list[EvalResult] = []
     try:
         for i in range(finished):
-            model = build_model(cfg, env, "cpu")
-            model.set_parameters(str(RunDir(run_dir).checkpoint(i, sched.tasks[i].name)), exact_match=True, device="cpu")
-            norm = sched.load_vecnormalize(i)
-            rms = None if norm is None else norm.obs_rms
+            model, rms = load_task_model(run_dir, cfg, sched, i, env, "cpu")
 
             def on(j: int, is_heldout: bool, n: int) -> EvalResult:
                 return evaluate(model, sched.eval_factories(j, is_heldout, n), n * episodes, rms, "dummy")  # noqa: B023
