@@ -80,7 +80,7 @@ def main() -> None:
     p.add_argument("--all-tasks", action="store_true", help="every CW10 task, moe+sphere+probe variants only")
     p.add_argument("--probe-every", type=int, default=0, help="env steps between probes (0: after every update, the worst case; "
                    "the CLI's CW10 default, 100000, never comes up in the measured steps)")  # fmt: skip
-    p.add_argument("--suite", default="cw10", help="cw10 or cw10-paper")
+    p.add_argument("--suite", default="cw10-cw", help="cw10-cw (Continual World's rules) or cw10 (the paper's protocol; also cw10-paper)")
     p.add_argument("--env-path", nargs="+", default=["fast"], choices=["plain", "fast"], help="MetaWorld path of the rl_moe variants")
     p.add_argument("--methods", nargs="+", default=["sphere"], choices=["sphere", "topk"], help="methods of the --all-tasks rows")
     args = p.parse_args()

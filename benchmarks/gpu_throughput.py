@@ -203,7 +203,7 @@ def part_e2e(device: str, task: str, n_envs: int, n_steps: int, updates: int, ve
     from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 
     overrides = (f"ppo.n_envs={n_envs}", f"ppo.n_steps={n_steps}")
-    cfgs = {m: resolve(RunRequest(suite="cw10", method=m, tasks=1, device=device, vec_env=vec_env, overrides=overrides)) for m in ("sphere", "topk")}
+    cfgs = {m: resolve(RunRequest(suite="cw10-cw", method=m, tasks=1, device=device, vec_env=vec_env, overrides=overrides)) for m in ("sphere", "topk")}
     suite = suite_of(cfgs["sphere"])
     spec = next(t for t in suite.tasks if t.name == task)
     steps = n_envs * n_steps * updates

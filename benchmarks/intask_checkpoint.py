@@ -28,7 +28,7 @@ def main() -> None:
     p.add_argument("--task", default="push-wall-v3")
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args()
-    cfg = resolve(RunRequest(suite="cw10", method="topk", vec_env="dummy", device="cpu"))
+    cfg = resolve(RunRequest(suite="cw10-cw", method="topk", vec_env="dummy", device="cpu"))
     suite = suite_of(cfg)
     task = next(t for t in suite.tasks if t.name == args.task)
     env = make_vec_env(task_factories(suite, task, cfg.ppo.n_envs, 0), "dummy")

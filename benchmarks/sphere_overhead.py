@@ -6,7 +6,7 @@ thread, so its CPU time (``time.thread_time``) is measured: unlike wall time it 
 waiting for cores that other processes hold.
 
 1. **Learner update** (the figure the target refers to): ``MoEPPO.train()`` exactly as
-   ``python -m rl_moe.crl --suite cw10`` builds it (Top-K MoE actor, E experts of 3x256, K=2,
+   ``python -m rl_moe.crl --suite cw10-cw`` builds it (Top-K MoE actor, E experts of 3x256, K=2,
    dense critic, batch 256), one epoch over a real CW10 rollout (hammer-v3, 8 envs x 256 steps =
    8 minibatches); SB3's minibatch sampling, logging and clipping included.
 2. **Bare minibatch**: one forward, backward and optimizer step of the PPO loss on fixed data,
@@ -152,7 +152,7 @@ def bench_learner(n_experts: int, rounds: int, n_envs: int = 8, n_steps: int = 2
     common = (f"net.n_experts={n_experts}", f"ppo.n_envs={n_envs}", f"ppo.n_steps={n_steps}", "ppo.n_epochs=1")
     models = {}
     for name, (method, extra) in LEARNER_VARIANTS.items():
-        cfg = resolve(RunRequest(suite="cw10", method=method, tasks=1, device="cpu", vec_env="dummy", overrides=(*common, *extra)))
+        cfg = resolve(RunRequest(suite="cw10-cw", method=method, tasks=1, device="cpu", vec_env="dummy", overrides=(*common, *extra)))
         suite = suite_of(cfg)
         env = make_vec_env(task_factories(suite, suite.tasks[0], n_envs, 0), "dummy")
         model = build_model(cfg, env, "cpu")

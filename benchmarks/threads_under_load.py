@@ -65,7 +65,7 @@ def main() -> None:
     args = p.parse_args()
     from rl_moe.envs.suites import load_suite  # lazy: the parent process only launches runs
 
-    data = load_suite("cw10").to_dict()
+    data = load_suite("cw10-cw").to_dict()
     data["name"], data["tasks"] = "threads-bench", [t for t in data["tasks"] if t["name"] == args.task]
     cells = [("official", "1"), ("official", "2"), ("official", "auto"), ("envpool", "auto")]
     times: dict[tuple[int, str, str], list[float]] = {(n, b, t): [] for n in args.loads for b, t in cells}

@@ -46,7 +46,7 @@ def main() -> None:
     torch.set_num_threads(1)
     n_envs, n_steps = 8, 256
     overrides = ("ppo.n_envs=8", "ppo.n_steps=256", "ppo.n_epochs=1", f"ppo.grad_clip={args.grad_clip}")
-    cfg = resolve(RunRequest(suite="cw10", method="topk", tasks=1, device="cpu", vec_env="dummy", overrides=overrides))
+    cfg = resolve(RunRequest(suite="cw10-cw", method="topk", tasks=1, device="cpu", vec_env="dummy", overrides=overrides))
     env = make_vec_env(task_factories(suite_of(cfg), suite_of(cfg).tasks[0], n_envs, 0), "dummy")
     model = build_model(cfg, env, "cpu")
     begin_task(model, cfg, 0, 0)
@@ -85,7 +85,7 @@ def main() -> None:
         shares["clipping"].append(extra * n_minibatches / total)
         shares["weight_change"].append(thread_seconds(weights, 5) / total)
     print(f"CPU, 1 thread, grad_clip={args.grad_clip}, {n_minibatches} minibatches of {model.batch_size} per update, {sum(q.numel() for q in params):,} parameters")
-    full = resolve(RunRequest(suite="cw10", method="topk", tasks=1, device="cpu", vec_env="dummy")).ppo
+    full = resolve(RunRequest(suite="cw10-cw", method="topk", tasks=1, device="cpu", vec_env="dummy")).ppo
     scale = n_minibatches / (full.n_envs * full.n_steps // full.batch_size * full.n_epochs)
     for name, values in shares.items():
         share = statistics.median(values)

@@ -76,7 +76,7 @@ def expert_statistics(suite: Suite, task: TaskSpec, backend: str, n_episodes: in
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Write the official envs' scripted-expert statistics of a suite")
-    p.add_argument("--suite", default="cw10")
+    p.add_argument("--suite", default="cw10-cw")
     p.add_argument("--backend", default="official", choices=["official", "envpool"])
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)

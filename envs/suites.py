@@ -1,7 +1,9 @@
 """Continual task suites: JSON data files loaded into frozen dataclasses.
 
-The built-in suites (``cw10``, ``cw20``, ``hb5``, ``smoke``) ship inside the package in
-``envs/suites/*.json``. A path to any JSON file with the same schema loads a user suite.
+The built-in suites (``cw10``, ``cw20``, ``cw10-cw``, ``cw20-cw``, ``hb5``, ``smoke``) ship inside
+the package in ``envs/suites/*.json``. A path to any JSON file with the same schema loads a user
+suite. ``cw10`` is the SPHERE paper's protocol; until 2026-11-26 that name meant Continual World's
+rules, which are ``cw10-cw`` now (:func:`current_suite_name` maps what a run recorded).
 """
 
 from __future__ import annotations
@@ -17,12 +19,40 @@ from rl_moe.envs.families import FAMILIES, load_family_module
 from rl_moe.envs.suite_spec import SUCCESS_TYPES, Suite, TaskSpec
 from rl_moe.errors import UsageError, check_keys
 
-__all__ = ["SUCCESS_TYPES", "Suite", "TaskSpec", "builtin_suites", "load_suite", "net_flags", "suite_from_dict"]
+__all__ = [
+    "SUCCESS_TYPES", "SUITE_ALIASES", "Suite", "TaskSpec", "builtin_suites", "current_suite_name", "load_suite", "net_flags",
+    "suite_from_dict",
+]  # fmt: skip
+
+#: Other names of a built-in suite; a run started under one records the suite's own name.
+SUITE_ALIASES: dict[str, str] = {"cw10-paper": "cw10"}
+#: Built-in names whose rules changed on 2026-11-26 -> the suite that holds their old rules now.
+#: Runs recorded under the old name are told apart by their episode length.
+RENAMED_SUITES: dict[str, str] = {"cw10": "cw10-cw", "cw20": "cw20-cw"}
 
 def builtin_suites() -> tuple[str, ...]:
     """Names of the suites shipped with the package."""
     folder = resources.files("rl_moe.envs") / "suites"
     return tuple(sorted(p.name[: -len(".json")] for p in folder.iterdir() if p.name.endswith(".json")))
+
+
+def _builtin_data(name: str) -> dict[str, Any]:
+    ref = resources.files("rl_moe.envs") / "suites" / f"{name}.json"
+    return dict(json.loads(ref.read_text()))
+
+
+def current_suite_name(name: str, episode_length: int | None) -> str:
+    """Today's name of the suite a run recorded as ``name``: an alias becomes its suite, and a
+    renamed suite's old name becomes the suite holding its old rules when the run's episode
+    length is the old one. ``episode_length`` None (a run from before results recorded their
+    rules, so from before the rename) counts as the old rules."""
+    if name in SUITE_ALIASES:  # never renamed: an alias's rules are its suite's
+        return SUITE_ALIASES[name]
+    old = RENAMED_SUITES.get(name)
+    if old is None:
+        return name
+    then = _builtin_data(old)["episode_length"]
+    return old if episode_length is None or episode_length == then else name
 
 
 def _whole(value: Any, name: str) -> int:
@@ -145,15 +175,16 @@ def suite_from_dict(data: Mapping[str, Any], source: str = "") -> Suite:
 def load_suite(name_or_path: str) -> Suite:
     """A built-in suite by name, or a user suite from a JSON file path.
 
-    :param name_or_path: ``cw10``, ``cw20``, ``hb5``, ``smoke`` or a path to a ``.json`` file
+    :param name_or_path: a built-in suite (:func:`builtin_suites`), an alias of one
+        (:data:`SUITE_ALIASES`) or a path to a ``.json`` file
     """
     names = builtin_suites()
-    if name_or_path in names:
-        ref = resources.files("rl_moe.envs") / "suites" / f"{name_or_path}.json"
-        return suite_from_dict(json.loads(ref.read_text()), source=f"builtin:{name_or_path}")
+    name = SUITE_ALIASES.get(name_or_path, name_or_path)
+    if name in names:
+        return suite_from_dict(_builtin_data(name), source=f"builtin:{name}")
     path = Path(name_or_path)
     if not path.is_file():
-        raise UsageError(f"unknown suite {name_or_path!r}; valid choices: {', '.join(names)} or a path to a suite .json file")
+        raise UsageError(f"unknown suite {name_or_path!r}; valid choices: {', '.join((*names, *SUITE_ALIASES))} or a path to a suite .json file")
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:

@@ -3,8 +3,13 @@
 Examples::
 
     python -m rl_moe.crl --suite smoke --algo td3 --method topk
-    python -m rl_moe.crl --suite cw10 --tasks 2 --steps-per-task 32768
-    python -m rl_moe.crl --resume runs/cw10/ppo-sphere-s0-20260101-120000
+    python -m rl_moe.crl --suite cw10 --tasks 2 --steps-per-task 32768     # the SPHERE paper's protocol
+    python -m rl_moe.crl --suite cw10-cw --tasks 2 --steps-per-task 32768  # Continual World's rules
+    python -m rl_moe.crl --resume runs/cw10/ppo-sphere-crl-s0-20260101-120000
+
+``--list`` and ``--help`` print every built-in suite with its rules. ``cw10-paper`` is an alias of
+``cw10``; until 2026-11-26 ``cw10`` named Continual World's rules (``cw10-cw`` now), and a run
+folder made then resumes with the rules it recorded.
 
 Exit codes: 0 done; 2 a user mistake, reported on one line before anything is written;
 3 training produced a NaN/inf (one line naming the term, step and task; the run folder keeps
@@ -47,14 +52,15 @@ from rl_moe.cli import EXIT_INTERRUPTED, EXIT_USAGE, UsageParser  # noqa: E402
 from rl_moe.continual.config import OVERRIDE_PRESETS, RunConfig  # noqa: E402
 from rl_moe.continual.learners import LEARNERS, get_learner  # noqa: E402
 from rl_moe.continual.methods import METHODS  # noqa: E402
-from rl_moe.continual.resolve import DEVICES, RunRequest, check_reference, resolve, rules_tag  # noqa: E402
+from rl_moe.continual.resolve import DEVICES, RunRequest, check_reference, resolve, rules_tag, suite_rules  # noqa: E402
 from rl_moe.continual.resume import check_flags_match, check_resumable, extend_tasks, load_run, with_overrides  # noqa: E402
 from rl_moe.continual.scheduler import ContinualScheduler  # noqa: E402
 from rl_moe.envs.factories import set_pool_threads  # noqa: E402
-from rl_moe.envs.suites import builtin_suites  # noqa: E402
+from rl_moe.envs.suites import SUITE_ALIASES, builtin_suites, current_suite_name, load_suite  # noqa: E402
 from rl_moe.envs.threads import parse_threads, set_thread_plan, split_threads, thread_plan  # noqa: E402
 from rl_moe.errors import DivergedError, UsageError  # noqa: E402
 from rl_moe.errors import check_choice  # noqa: E402
+from rl_moe.report.loading import describe_rules  # noqa: E402
 from rl_moe.rundir import RunDir, check_writable_folder  # noqa: E402
 from rl_moe.runlock import RunLock, RunLocked  # noqa: E402
 
@@ -66,8 +72,11 @@ _DEFAULTS: dict[str, object] = {"suite": "cw10", "algo": "ppo", "method": "spher
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = UsageParser(prog="python -m rl_moe.crl", description="Continual RL with MoE policies: train a method through a task suite.")
-    p.add_argument("--suite", default=None, help=f"built-in suite ({', '.join(builtin_suites())}) or a suite .json path")
+    p = UsageParser(
+        prog="python -m rl_moe.crl", description="Continual RL with MoE policies: train a method through a task suite.",
+        epilog="\n".join(["built-in suites:", *_suite_lines()]), formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    p.add_argument("--suite", default=None, help=f"built-in suite ({', '.join(builtin_suites())}; default cw10, the SPHERE paper's protocol) or a suite .json path")
     p.add_argument("--algo", default=None, help=f"learner: {', '.join(LEARNERS)}")
     p.add_argument("--method", default=None, help=f"network + regularizers: {', '.join(METHODS)}")
     p.add_argument("--protocol", default=None, help="crl: one agent through the tasks; rl: fresh agent per task")
@@ -98,8 +107,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _suite_lines() -> list[str]:
+    """Each built-in suite with its rules (under PPO) and its one-line description."""
+    lines = []
+    for name in builtin_suites():
+        suite = load_suite(name)
+        aliases = [a for a, target in SUITE_ALIASES.items() if target == name]
+        also = f" (also: {', '.join(aliases)})" if aliases else ""
+        lines.append(f"  {name}{also}: {len(suite.tasks)} tasks, {describe_rules(suite_rules(suite, 'ppo'))}. {suite.description}")
+    return lines
+
+
 def _listing() -> str:
-    lines = ["suites: " + ", ".join(builtin_suites()), "methods:"]
+    lines = ["suites:", *_suite_lines(), "methods:"]
     lines += [f"  {m.name:<14} {m.description}" for m in METHODS.values()]
     return "\n".join(lines)
 
@@ -164,6 +184,14 @@ def _rollout_note(cfg: RunConfig) -> str:
     spec = get_learner(cfg.algo)
     rollout = spec.rollout(cfg.learner_settings)
     return f"note: {spec.name.upper()} collects {rollout:,}-step rollouts, so each task runs {actual:,} steps (asked: {cfg.steps_per_task:,})"
+
+
+def _renamed_note(cfg: RunConfig) -> str:
+    """A run folder recorded under a built-in name whose rules have changed since keeps its own."""
+    today = current_suite_name(cfg.suite_name, cfg.suite_data.get("episode_length"))
+    if today == SUITE_ALIASES.get(cfg.suite_name, cfg.suite_name):
+        return ""
+    return f"note: this run was made under {cfg.suite_name!r} before that name became the SPHERE paper's protocol; it keeps the rules it recorded, which are {today!r}'s now"
 
 
 def _summary(results: dict) -> str:
@@ -246,9 +274,9 @@ def _train(args: argparse.Namespace, cfg: RunConfig, run_dir: Path, finished: in
     print(f"run folder: {run_dir}", flush=True)
     if finished:
         print(f"resuming at task {finished + 1}/{len(cfg.tasks)} ({finished} finished)", flush=True)
-    note = _rollout_note(cfg)
-    if note:
-        print(note, flush=True)
+    for note in (_rollout_note(cfg), _renamed_note(cfg)):
+        if note:
+            print(note, flush=True)
     tb_before = set(RunDir(run_dir).tb.glob("events.*"))
     loaded: list[bool] = []
 

@@ -2,7 +2,7 @@
 
 Example::
 
-    python -m rl_moe.evaluate runs/cw10/ppo-topk-s0-20260101-120000 --router ssmoe --alpha 0.7
+    python -m rl_moe.evaluate runs/cw10/ppo-topk-crl-s0-20260101-120000 --router ssmoe --alpha 0.7
 
 Every stored task checkpoint is loaded, its actor re-routed training-free (``ssmoe``: SSMoE's
 eigenvector router mixed with the learned gate, alpha P_EV + (1 - alpha) P_R; ``own``: the

@@ -24,7 +24,7 @@ SUITES = Path(__file__).resolve().parents[1] / "envs" / "suites"
 def faucet_suite(tmp_path: Path) -> Path:
     """A suite file: CW10's episode rules and PPO preset on faucet-close-v3 alone (the learning
     guards of test_learning.py and test_learning_slow.py)."""
-    data = json.loads((SUITES / "cw10.json").read_text())
+    data = json.loads((SUITES / "cw10-cw.json").read_text())
     data.update(name="faucet", tasks=[{"name": "faucet-close-v3"}])
     path = tmp_path / "faucet.json"
     path.write_text(json.dumps(data))

@@ -18,7 +18,7 @@ from rl_moe.rundir import RunDir
 
 def test_cw10_task_env_has_the_suites_episode_rules(tmp_path: Path) -> None:
     # CW10's env: 200-step episodes (MT1 has 500), a fresh goal at each reset, success in the info.
-    cfg = resolve(RunRequest(suite="cw10", tasks=2, device="cpu"))
+    cfg = resolve(RunRequest(suite="cw10-cw", tasks=2, device="cpu"))
     cfg.save(str(RunDir(tmp_path).config))
     env = make_task_env(tmp_path, "push-wall-v3", seed=3)
     goals = []

@@ -84,7 +84,7 @@ def test_method_trains_on_smoke_without_nan_and_logs_its_terms(smoke_runs: dict,
 @pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("method", METHODS)
 def test_method_trains_on_a_real_metaworld_task(tmp_path: Path, method: str, algo: str) -> None:
-    argv = ["--suite", "cw10", "--algo", algo, "--method", method, "--tasks", "1", "--steps-per-task", "128",
+    argv = ["--suite", "cw10-cw", "--algo", algo, "--method", method, "--tasks", "1", "--steps-per-task", "128",
             "--out", str(tmp_path), *TINY, "--set", "eval.n_episodes=1", "--set", "eval.matrix_episodes=1",
             "--set", "eval.n_envs=1", "--set", "eval.evals_per_task=1", "--set", "probe.enabled=false"]  # fmt: skip
     assert crl_main(argv) == 0

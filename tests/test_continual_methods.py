@@ -114,8 +114,8 @@ def test_a_bad_suite_regularizer_setting_is_refused_even_when_the_method_does_no
 def test_sphere_guard_is_sphere_with_the_scale_invariant_penalty() -> None:
     from rl_moe.continual.resolve import RunRequest, resolve
 
-    guard = resolve(RunRequest(suite="cw10", method="sphere_guard", tasks=1))
-    paper = resolve(RunRequest(suite="cw10", method="sphere", tasks=1))
+    guard = resolve(RunRequest(suite="cw10-cw", method="sphere_guard", tasks=1))
+    paper = resolve(RunRequest(suite="cw10-cw", method="sphere", tasks=1))
     assert guard.regularizers["sphere"].scale_invariant and not paper.regularizers["sphere"].scale_invariant
     assert guard.regularizers["sphere"].rho == paper.regularizers["sphere"].rho == 0.1  # the suite's rho
-    assert not resolve(RunRequest(suite="cw10", method="sphere_guard", tasks=1, overrides=("reg.sphere.scale_invariant=false",))).regularizers["sphere"].scale_invariant
+    assert not resolve(RunRequest(suite="cw10-cw", method="sphere_guard", tasks=1, overrides=("reg.sphere.scale_invariant=false",))).regularizers["sphere"].scale_invariant

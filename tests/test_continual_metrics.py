@@ -73,7 +73,7 @@ def test_task_linear_schedule_is_task_local() -> None:
 
 
 def test_overrides_and_presets_resolve() -> None:
-    cfg = resolve(RunRequest(suite="cw10", method="sphere", tasks=2, overrides=("ppo.n_steps=64", "net.hidden=32,32", "eval.full_matrix=false", "reg.sphere.rho=0.5")))
+    cfg = resolve(RunRequest(suite="cw10-cw", method="sphere", tasks=2, overrides=("ppo.n_steps=64", "net.hidden=32,32", "eval.full_matrix=false", "reg.sphere.rho=0.5")))
     assert cfg.ppo.n_steps == 64 and cfg.ppo.n_envs == 8 and cfg.ppo.batch_size == 256 and cfg.ppo.lr_start == 3e-4
     assert cfg.net.hidden == (32, 32) and cfg.eval.full_matrix is False and cfg.regularizers["sphere"].rho == 0.5
     assert cfg.tasks == ("hammer-v3", "push-wall-v3") and cfg.steps_per_task == 1_000_000
@@ -92,7 +92,7 @@ def test_overrides_and_presets_resolve() -> None:
         ("net.top_k=11", "top_k must be in"),
     ]:
         with pytest.raises(UsageError, match=msg):
-            resolve(RunRequest(suite="cw10", method="topk", overrides=(bad,)))
+            resolve(RunRequest(suite="cw10-cw", method="topk", overrides=(bad,)))
 
 
 def test_method_networks() -> None:
@@ -150,47 +150,103 @@ def test_progress_line_draws_bar_counts_and_newline() -> None:
     assert "[########################]" in last and "200/200" in last and last.endswith("\n")
 
 
-def test_progress_eta_covers_the_run_at_the_rollout_plus_update_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+class _Clock:
+    """A fake clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _line(clock: _Clock, start: int = 0, **kw: object):  # type: ignore[no-untyped-def]
     import io
     import types
 
-    from rl_moe.continual import progress
+    from rl_moe.continual.progress import ProgressLine
 
-    clock = {"t": 0.0}
-    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock["t"])
-    line = progress.ProgressLine("[task 1/3 a]", task_start=0, task_steps=100, stream=io.StringIO(), interval=0.0, later_steps=200)
+    line = ProgressLine("[task 1/3 a]", task_start=start, task_steps=100, stream=io.StringIO(), interval=0.0, clock=clock, **kw)  # type: ignore[arg-type]
+    line.model = types.SimpleNamespace(num_timesteps=start)  # type: ignore[assignment]
+    line.num_timesteps = start
+    line._on_training_start()
+    return line
+
+
+def _rollout(line, clock: _Clock, steps: int, seconds: float) -> None:  # type: ignore[no-untyped-def]
+    line._on_rollout_start()
+    clock.t += seconds
+    line.num_timesteps += steps
+    line._on_step()
+    line._on_rollout_end()
+
+
+def test_progress_eta_adds_rollouts_and_updates_each_at_its_own_rate() -> None:
+    from rl_moe.continual.progress import hms
+
+    from rl_moe.continual.progress import Pace
+
+    clock = _Clock()
+    line = _line(clock, later_steps=200, later_tasks=2, pace=Pace(tail_seconds=2.0))
+    _rollout(line, clock, 50, 1.0)  # 50 steps in 1 s: 0.02 s per step
+    clock.t += 4.0  # a 4 s update
+    line._on_rollout_start()
+    # 50 + 200 steps at 0.02 s, 1 + 2 x 2 updates of 50-step rollouts at 4 s, 3 task ends at 2 s
+    assert line.estimate() == (pytest.approx(250 * 0.02 + 5 * 4.0 + 3 * 2.0), True)
+    assert line.steps_per_second == pytest.approx(10.0)  # 50 steps per 5 s cycle
+    clock.t += 0.25  # half of the next rollout, at twice the rate: the rollout in progress counts at once
+    line.num_timesteps += 25
+    assert line.estimate()[0] == pytest.approx(225 * 1.25 / 75 + 5 * 4.0 + 3 * 2.0)
+    assert hms(25.0) == "0:00:25" and hms(3 * 3600 + 62.4) == "3:01:02" and hms(float("nan")) == "?"
+
+
+def test_progress_eta_is_a_lower_bound_until_an_update_is_timed_and_moves_during_the_first() -> None:
+    from rl_moe.continual.progress import Pace, Phases
+
+    import io
+    import types
+
+    from rl_moe.continual.progress import ProgressLine
+
+    clock = _Clock()
+    line = ProgressLine("[task 1/3 a]", 0, 100, stream=io.StringIO(), interval=0.0, later_steps=200, later_tasks=2, tail_per_start_eval=4.0, clock=clock)
     line.model = types.SimpleNamespace(num_timesteps=0)  # type: ignore[assignment]
     line.num_timesteps = 0
+    clock.t += 1.5  # the task-start evaluation: a task's end (4x its episodes) is guessed at 6 s
     line._on_training_start()
-    clock["t"] = 1.0  # a 50-step rollout in 1 s ...
-    line.num_timesteps = line.model.num_timesteps = 50
-    clock["t"] = 5.0  # ... then a 4 s update: 50 steps per 5 s cycle
+    assert line.stream.getvalue().rstrip().endswith("run ETA ?")  # nothing timed yet: a fraction of a second
     line._on_rollout_start()
-    # 50 steps left in this task + 200 in the later tasks, at 10 steps/s.
-    assert line.eta_seconds() == pytest.approx(25.0)
-    assert progress.hms(25.0) == "0:00:25" and progress.hms(3 * 3600 + 62.4) == "3:01:02" and progress.hms(float("nan")) == "?"
+    clock.t += 1.0
+    line.num_timesteps = 50
+    line._on_step()
+    assert line.estimate() == (pytest.approx(250 * 0.02 + 3 * 6.0), False)
+    assert line.stream.getvalue().rstrip().endswith("run ETA >=0:00:23")
+    line._on_rollout_end()
+    clock.t += 2.0
+    line.on_epoch(2, 10)  # 2 of 10 epochs done in 2 s: a 10 s update, 8 s of it left
+    assert line.estimate() == (pytest.approx(250 * 0.02 + 8.0 + 5 * 10.0 + 3 * 6.0), True)
+    assert line.stream.getvalue().rstrip().endswith("update 3/10")
+    # the next task starts from this one's phases, and counts the end-of-task work
+    clock.t += 8.0
+    line._on_training_end()
+    assert (line.phases.rollout_steps, line.phases.updates, line.phases.update_seconds, line.phases.rollout_size) == (50, 1, 10.0, 50)
+    nxt = _line(clock, start=100, later_steps=100, later_tasks=1, pace=Pace(line.phases, tail_seconds=7.0))
+    assert nxt.estimate() == (pytest.approx(200 * 0.02 + 4 * 10.0 + 2 * 7.0), True)  # a timed tail replaces the guess
+    assert isinstance(nxt.pace.phases, Phases)
+    assert not _line(clock).estimate()[1]  # no tail timed nor guessed: a lower bound
 
 
-def test_progress_eta_before_the_first_cycle_uses_the_previous_task_rate(monkeypatch: pytest.MonkeyPatch) -> None:
-    # During a rollout, steps arrive 4-6x faster than whole cycles; an ETA from them is too short.
+def test_the_end_of_task_evaluation_shows_its_progress() -> None:
     import io
-    import types
 
-    from rl_moe.continual import progress
+    from rl_moe.continual.progress import draw_evaluation
 
-    clock = {"t": 0.0}
-    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock["t"])
-    for prior, expected in ((None, float("nan")), (10.0, (950 + 4_000) / 10.0)):
-        out = io.StringIO()
-        line = progress.ProgressLine("[task 2/3 b]", task_start=100, task_steps=1_000, stream=out, interval=0.0, later_steps=4_000, prior_rate=prior)
-        line.model = types.SimpleNamespace(num_timesteps=100)  # type: ignore[assignment]
-        line.num_timesteps = 100
-        line._on_training_start()
-        clock["t"] += 1.0
-        line.num_timesteps = 150  # 50 rollout steps in 1 s: 50 steps/s, not the cycle's 10
-        line._on_step()
-        assert line.eta_seconds() == pytest.approx(expected, nan_ok=True)
-        assert out.getvalue().rstrip().endswith("run ETA ?" if prior is None else "run ETA 0:08:15")
+    out = io.StringIO()
+    for k in range(4):
+        draw_evaluation("[task 3/3 c]", k, 3, out)
+    frames = out.getvalue().split("\r")[1:]
+    assert [f.strip() for f in frames] == [f"[task 3/3 c] evaluating {k}/3 tasks" for k in range(4)]
+    assert out.getvalue().endswith("\n") and out.getvalue().count("\n") == 1
 
 
 def test_progress_line_shows_the_update_epoch_and_counts_the_end_of_task_work() -> None:
@@ -209,10 +265,9 @@ def test_progress_line_shows_the_update_epoch_and_counts_the_end_of_task_work() 
     shown: list[str] = []
     out = io.StringIO()
     model = MoEPPO("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=1, seed=0), n_steps=64, batch_size=32, n_epochs=3, seed=0, device="cpu")
-    model.learn(128, callback=Recording("[task 1/2 a]", task_start=0, task_steps=128, stream=out, interval=60.0))
+    line = Recording("[task 1/2 a]", task_start=0, task_steps=128, stream=out, interval=60.0)
+    model.learn(128, callback=line)
     assert [line[-10:] for line in shown] == [f"update {k}/3" for k in (1, 2, 3, 1, 2, 3)]  # 2 updates x 3 epochs
     assert model.on_epoch is None  # handed back at the end of training
     assert "update" not in out.getvalue().split("\r")[-1]  # the final line shows no stale phase
-    timed = ProgressLine("[task 1/3 a]", task_start=0, task_steps=100, stream=io.StringIO(), later_steps=200, prior_rate=10.0, tail_seconds=7.0, later_tasks=2)
-    timed.num_timesteps = 50
-    assert timed.eta_seconds() == pytest.approx((50 + 200) / 10.0 + 7.0 * 3)
+    assert (line.phases.rollout_steps, line.phases.updates, line.phases.rollout_size) == (128, 2, 64)

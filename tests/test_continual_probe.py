@@ -62,7 +62,7 @@ def test_cw10_probe_batch_spans_more_than_one_task_and_lifts_the_fresh_entk_rank
     from rl_moe.diagnostics.views import NetView
     from rl_moe.nn import NetConfig, build_network
 
-    suite = load_suite("cw10")
+    suite = load_suite("cw10-cw")
     assert len(suite.probe_tasks) >= 4 and not set(t.name for t in suite.probe_tasks) & set(suite.task_names)
     cfg = ProbeConfig()
     factories = [EnvFactory("metaworld", t, 200, "info", 99 + i) for i, t in enumerate(suite.probe_tasks)]
@@ -81,9 +81,9 @@ def test_cw10_probe_batch_spans_more_than_one_task_and_lifts_the_fresh_entk_rank
 
 
 def test_probe_policy_auto_resolves_per_family() -> None:
-    assert resolve(RunRequest(suite="cw10", tasks=1, device="cpu")).probe.policy == "expert"
+    assert resolve(RunRequest(suite="cw10-cw", tasks=1, device="cpu")).probe.policy == "expert"
     assert resolve(RunRequest(suite="smoke", tasks=1, device="cpu")).probe.policy == "random"
-    assert resolve(RunRequest(suite="cw10", tasks=1, device="cpu", overrides=("probe.policy=random",))).probe.policy == "random"
+    assert resolve(RunRequest(suite="cw10-cw", tasks=1, device="cpu", overrides=("probe.policy=random",))).probe.policy == "random"
 
 
 @pytest.mark.parametrize(

@@ -27,11 +27,17 @@ CW10 = ["hammer", "push-wall", "faucet-close", "push-back", "stick-pull", "handl
 
 
 def test_builtin_suites_and_protocol_facts() -> None:
-    assert set(builtin_suites()) >= {"cw10", "cw20", "hb5", "smoke"}
-    cw10, cw20, hb5 = load_suite("cw10"), load_suite("cw20"), load_suite("hb5")
+    assert set(builtin_suites()) >= {"cw10-cw", "cw20-cw", "hb5", "smoke"}
+    cw10, cw20, hb5 = load_suite("cw10-cw"), load_suite("cw20-cw"), load_suite("hb5")
     assert list(cw10.task_names) == [f"{t}-v3" for t in CW10]
     assert cw20.task_names == cw10.task_names * 2
     assert (cw10.steps_per_task, cw10.episode_length, cw10.success_type) == (1_000_000, 200, "info")
+    paper, paper20 = load_suite("cw10"), load_suite("cw20")  # the SPHERE paper's protocol on the same tasks
+    assert paper.task_names == cw10.task_names and paper20.task_names == cw20.task_names
+    for suite in (paper, paper20):
+        assert (suite.steps_per_task, suite.episode_length) == (1_000_000, 500)
+        assert {t.params["positions"] for t in suite.tasks} == {"fixed"} and suite.eval == {"positions": "both"}
+        assert suite.presets["ppo"] == "metaworld-paper"
     assert hb5.task_names == ("h1-stand-v0", "h1-walk-v0", "h1-pole-v0", "h1-slide-v0", "h1-run-v0")
     assert [t.success_bar for t in hb5.tasks] == [800.0, 700.0, 700.0, 700.0, 700.0]
     assert (hb5.steps_per_task, hb5.episode_length) == (10_000_000, 1000)
@@ -46,7 +52,7 @@ def test_user_suite_file_and_errors(tmp_path: Path) -> None:
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(data))
     assert load_suite(str(path)).task_names == ("pendulum-0",)
-    with pytest.raises(UsageError, match="valid choices: cw10, cw10-paper, cw20, hb5, smoke"):
+    with pytest.raises(UsageError, match="valid choices: cw10, cw10-cw, cw20, cw20-cw, hb5, smoke, cw10-paper"):
         load_suite("cw11")
     del data["family"]
     path.write_text(json.dumps(data))
@@ -165,7 +171,7 @@ def test_permute_flip_matches_transformed_base_env() -> None:
 
 
 def test_metaworld_factory_continual_world_protocol() -> None:
-    suite = load_suite("cw10")
+    suite = load_suite("cw10-cw")
     env = EnvFactory(suite.family, suite.tasks[6], suite.episode_length, suite.success_type, seed=7)()  # push-v3
     goals = []
     for _ in range(3):
@@ -283,7 +289,7 @@ def test_humanoidbench_real_env() -> None:
 
 
 def test_metaworld_factory_leaves_global_numpy_rng_alone() -> None:
-    suite = load_suite("cw10")
+    suite = load_suite("cw10-cw")
     np.random.seed(123)
     expected = np.random.rand(3)
     np.random.seed(123)
@@ -342,7 +348,7 @@ def test_suite_network_defaults_sit_under_preset_and_set(tmp_path: Path, capsys:
     assert smoke.td3.n_envs == 4
     assert resolve(RunRequest(suite="smoke", preset="tiny")).net.hidden == (32, 32)  # --preset beats the suite
     assert resolve(RunRequest(suite="smoke", overrides=("net.hidden=16",))).net.hidden == (16,)  # --set too
-    assert resolve(RunRequest(suite="cw10", method="topk")).net.hidden == (256, 256, 256)  # SPHERE Table 2
+    assert resolve(RunRequest(suite="cw10-cw", method="topk")).net.hidden == (256, 256, 256)  # SPHERE Table 2
     data = json.loads((SUITES / "smoke.json").read_text())
     for bad, message in (({"kind": "dense"}, "unknown net setting 'kind'"), ({"hiden": [8]}, "unknown net setting 'hiden'"), ({"hidden": "x,y"}, "net.hidden")):
         path = tmp_path / "bad.json"
@@ -366,7 +372,7 @@ def _reward_after_one_still_step(reward_version: str | None, probe: Callable[[gy
     from rl_moe.envs.suite_spec import TaskSpec
 
     params = {} if reward_version is None else {"reward_version": reward_version}
-    suite = load_suite("cw10")
+    suite = load_suite("cw10-cw")
     env = EnvFactory(suite.family, TaskSpec("hammer-v3", params=params), suite.episode_length, suite.success_type, seed=3)()
     try:
         env.reset()
@@ -396,7 +402,7 @@ def test_metaworld_reward_version_picks_the_reward_the_agent_sees() -> None:
 def test_bad_metaworld_task_fields_exit_2_naming_the_choices(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from rl_moe.crl import main
 
-    data = json.loads((SUITES / "cw10.json").read_text())
+    data = json.loads((SUITES / "cw10-cw.json").read_text())
     for task, message in (
         ({"name": "hammer-v3", "reward_version": "v9"}, "unknown reward_version 'v9' of MetaWorld task 'hammer-v3'; valid choices: v2, v1"),
         ({"name": "hammer-v3", "rewrd_version": "v1"}, "unknown field 'rewrd_version' of metaworld task 'hammer-v3'"),

@@ -69,7 +69,7 @@ def test_smoke_end_to_end(tmp_path: Path, algo: str) -> None:
 
 def test_cw10_two_real_metaworld_tasks(tmp_path: Path) -> None:
     out = tmp_path / "runs"
-    rc = main(["--suite", "cw10", "--method", "topk", "--tasks", "2", "--steps-per-task", "128", "--out", str(out),
+    rc = main(["--suite", "cw10-cw", "--method", "topk", "--tasks", "2", "--steps-per-task", "128", "--out", str(out),
                *TINY, "--set", "eval.n_episodes=1", "--set", "eval.matrix_episodes=1", "--set", "eval.n_envs=1"])  # fmt: skip
     assert rc == 0
     _check_artifacts(_run_dir(out), ["hammer-v3", "push-wall-v3"], "ppo", "topk")
@@ -221,7 +221,7 @@ def test_forward_transfer_with_rl_reference(tmp_path: Path) -> None:
 
 
 BAD_INPUTS = [
-    (["--suite", "cw11"], "valid choices: cw10, cw10-paper, cw20, hb5, smoke"),
+    (["--suite", "cw11"], "valid choices: cw10, cw10-cw, cw20, cw20-cw, hb5, smoke, cw10-paper"),
     (["--algo", "sac"], "valid choices: ppo, td3"),
     (["--method", "moe"], "valid choices: topk, dense_moe"),
     (["--protocol", "joint"], "valid choices: crl, rl"),
@@ -261,7 +261,7 @@ BAD_INPUTS = [
 def test_bad_input_exits_2_with_choices_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture, argv: list[str], message: str) -> None:
     out = tmp_path / "runs"
     try:
-        rc = main(["--suite", "cw10", *argv, "--out", str(out)] if "--suite" not in argv else [*argv, "--out", str(out)])
+        rc = main(["--suite", "cw10-cw", *argv, "--out", str(out)] if "--suite" not in argv else [*argv, "--out", str(out)])
     except SystemExit as exc:  # argparse type errors
         rc = exc.code
     assert rc == 2
@@ -288,7 +288,11 @@ def test_list_names_every_suite_and_method(capsys: pytest.CaptureFixture) -> Non
 
     assert main(["--list"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("suites: ") and all(s in out.splitlines()[0] for s in ("cw10", "cw20", "hb5", "smoke"))
+    suites = {line.split(":")[0].split(" (")[0].strip(): line for line in out.split("methods:")[0].splitlines()[1:]}
+    assert out.startswith("suites:\n") and list(suites) == ["cw10", "cw10-cw", "cw20", "cw20-cw", "hb5", "smoke"]
+    # each with its rules and its description: the paper's protocol and Continual World's told apart
+    assert "(also: cw10-paper): 10 tasks, 500-step episodes, positions fixed, separate gradient clipping, evaluated on both positions." in suites["cw10"]
+    assert "20 tasks, 200-step episodes, joint gradient clipping, evaluated on heldout positions. Continual World CW20" in suites["cw20-cw"]
     assert all(f"  {name} " in out for name in METHODS)
 
 
@@ -298,7 +302,7 @@ def test_bad_regularizer_kwarg_exits_2(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_unknown_task_in_user_suite_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    data = json.loads((Path(__file__).resolve().parents[1] / "envs" / "suites" / "cw10.json").read_text())
+    data = json.loads((Path(__file__).resolve().parents[1] / "envs" / "suites" / "cw10-cw.json").read_text())
     data["tasks"][1] = {"name": "push-wal-v3"}
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(data))

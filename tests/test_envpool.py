@@ -28,7 +28,7 @@ from rl_moe.errors import MissingDependencyError, UsageError
 
 needs_envpool = pytest.mark.skipif(not envpool_installed(), reason="envpool is not installed (pip install 'rl_moe[envpool]')")
 STATS = Path(__file__).parent / "data" / "cw10_expert_stats.json"
-CW10 = load_suite("cw10")
+CW10 = load_suite("cw10-cw")
 
 
 def _task(name: str):
@@ -77,7 +77,7 @@ def test_envpool_for_a_family_without_it_is_refused() -> None:
 def test_missing_envpool_exits_2_naming_the_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     monkeypatch.setattr(envpool_env, "envpool_installed", lambda: False)
     out = tmp_path / "runs"
-    assert main(["--suite", "cw10", "--vec-env", "envpool", "--out", str(out)]) == 2
+    assert main(["--suite", "cw10-cw", "--vec-env", "envpool", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "pip install 'rl_moe[envpool]'" in err
     assert not out.exists()
@@ -87,7 +87,7 @@ def test_resuming_an_envpool_run_without_the_package_exits_2(tmp_path: Path, mon
     from rl_moe.continual.resolve import RunRequest, resolve
 
     monkeypatch.setattr(envpool_env, "envpool_installed", lambda: True)
-    cfg = resolve(RunRequest(suite="cw10", tasks=1, vec_env="envpool", preset="tiny"))
+    cfg = resolve(RunRequest(suite="cw10-cw", tasks=1, vec_env="envpool", preset="tiny"))
     run = tmp_path / "run"
     run.mkdir()
     cfg.save(str(run / "config.json"))  # a run that stopped before its first task ended
@@ -277,7 +277,7 @@ def test_stored_official_statistics_are_current() -> None:
 def test_envpool_run_records_its_backend_and_a_resume_may_not_change_it(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Three CW10 tasks: hammer (kept on the official envs) and two on EnvPool."""
     run = tmp_path / "run"
-    argv = ["--suite", "cw10", "--method", "topk", "--tasks", "3", "--steps-per-task", "128", "--run-dir", str(run),
+    argv = ["--suite", "cw10-cw", "--method", "topk", "--tasks", "3", "--steps-per-task", "128", "--run-dir", str(run),
             "--preset", "tiny", "--no-progress", "--set", "eval.n_episodes=2", "--set", "eval.matrix_episodes=2"]  # fmt: skip
     assert main([*argv, "--vec-env", "envpool"]) == 0
     assert json.loads((run / "config.json").read_text())["vec_env"] == "envpool"
@@ -293,14 +293,14 @@ def test_a_run_names_its_fallbacks_once_at_its_start(capsys: pytest.CaptureFixtu
     from rl_moe.envs.suites import load_suite
 
     monkeypatch.setattr(factories, "_FELL_BACK", set())
-    paper = load_suite("cw10-paper")
+    paper = load_suite("cw10")
     factories.announce_fallbacks(paper, list(paper.tasks))
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("note: 10 of 10 tasks run on the official in-process envs, not EnvPool (")
     assert "hammer-v3" in err[0] and "cannot keep positions 'fixed'" in err[0] and err[0].count("push-wall-v3") == 1
     factories._note_fallback("push-wall-v3", factories.FAMILIES["metaworld"].pool_refusal(paper.tasks[1]))  # type: ignore[misc]
     assert capsys.readouterr().err == ""
-    cw = load_suite("cw10")
+    cw = load_suite("cw10-cw")
     factories.announce_fallbacks(cw, list(cw.tasks))
     line = capsys.readouterr().err.strip()
     assert line.startswith("note: 3 of 10 tasks") and all(t in line for t in ENVPOOL_MISMATCHED)

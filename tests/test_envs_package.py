@@ -99,7 +99,7 @@ def test_built_wheel_installs_envs_with_their_suites(tmp_path: Path) -> None:
     assert build.returncode == 0, build.stderr[-2000:]
     (wheel,) = dist.glob("rl_moe-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "rl_moe/envs/families.py" in names and "rl_moe/envs/suites/cw10-paper.json" in names
+    assert "rl_moe/envs/families.py" in names and "rl_moe/envs/suites/cw10-cw.json" in names
     assert not any(n.startswith("envs/") for n in names)
     target = tmp_path / "site"
     install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(target), str(wheel)], capture_output=True, text=True, timeout=300, check=False)
@@ -112,5 +112,5 @@ def test_built_wheel_installs_envs_with_their_suites(tmp_path: Path) -> None:
     ) % (str(target), str(tmp_path / "runs"))
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "cw10,cw10-paper,cw20,hb5,smoke" in run.stdout
+    assert "cw10,cw10-cw,cw20,cw20-cw,hb5,smoke" in run.stdout
     assert list((tmp_path / "runs" / "smoke").glob("*/results.json"))

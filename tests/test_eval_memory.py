@@ -29,7 +29,7 @@ def _rss_mb() -> float:
 
 def _factories(n: int, seed: int, task: int = 0) -> list[EnvFactory]:
     """Eval factories of a CW10 task with 25-step episodes (seconds-fast)."""
-    suite = load_suite("cw10")
+    suite = load_suite("cw10-cw")
     return [EnvFactory(suite.family, suite.tasks[task], 25, suite.success_type, seed + i) for i in range(n)]
 
 
@@ -92,7 +92,7 @@ def test_rss_levels_off_over_ten_cw10_tasks(tmp_path: Path) -> None:
         def _on_step(self) -> bool:
             return True
 
-    cfg = resolve(RunRequest(suite="cw10", method="topk", tasks=10, steps_per_task=4096, vec_env="dummy",
+    cfg = resolve(RunRequest(suite="cw10-cw", method="topk", tasks=10, steps_per_task=4096, vec_env="dummy",
                              overrides=("eval.n_episodes=2", "eval.matrix_episodes=1")))  # fmt: skip
     rss = TaskStartRss()
     (tmp_path / "run").mkdir()

@@ -72,7 +72,7 @@ def test_lecun_mean_head_is_not_scaled_down_as_sb3s_is() -> None:
 
 
 def test_cli_setting_reaches_actor_and_critic() -> None:
-    cfg = resolve(RunRequest(suite="cw10", method="topk", tasks=1, device="cpu", vec_env="dummy", overrides=("net.init=lecun",)))
+    cfg = resolve(RunRequest(suite="cw10-cw", method="topk", tasks=1, device="cpu", vec_env="dummy", overrides=("net.init=lecun",)))
     nets = net_configs_for(cfg, 39, 4)
     assert nets.actor.init == nets.critic.init == "lecun"
     assert cfg.to_dict()["net"]["init"] == "lecun"  # recorded in config.json

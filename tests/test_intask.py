@@ -183,7 +183,7 @@ def test_envs_restore_bit_for_bit_on_metaworld() -> None:
     from rl_moe.envs.factories import task_factories
     from rl_moe.envs.suites import load_suite
 
-    for suite_name, index in (("cw10", 0), ("cw10-paper", 1)):
+    for suite_name, index in (("cw10-cw", 0), ("cw10", 1)):
         suite = load_suite(suite_name)
         factory = task_factories(suite, suite.tasks[index], 1, 3)[0]
         actions = np.random.default_rng(0).uniform(-1, 1, (suite.episode_length + 150, 4)).astype(np.float32)

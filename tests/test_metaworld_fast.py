@@ -24,7 +24,7 @@ from rl_moe.envs.suite_spec import TaskSpec
 from rl_moe.envs.suites import load_suite
 from tests.test_intask import _params
 
-PAPER = load_suite("cw10-paper")
+PAPER = load_suite("cw10")
 TASKS = [t.name for t in (*PAPER.tasks, *PAPER.probe_tasks)]
 
 
@@ -170,7 +170,7 @@ def test_a_snapshot_moves_between_the_paths(monkeypatch: pytest.MonkeyPatch) -> 
 def test_a_short_cw10_paper_run_trains_the_same_weights_on_both_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from rl_moe.crl import main
 
-    argv = ["--suite", "cw10-paper", "--method", "sphere", "--tasks", "2", "--steps-per-task", "256", "--preset", "tiny",
+    argv = ["--suite", "cw10", "--method", "sphere", "--tasks", "2", "--steps-per-task", "256", "--preset", "tiny",
             "--vec-env", "dummy", "--no-progress", "--set", "eval.evals_per_task=1", "--set", "eval.n_episodes=1",
             "--set", "eval.matrix_episodes=1", "--set", "eval.n_envs=1"]  # fmt: skip
     runs = {}

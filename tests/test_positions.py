@@ -11,7 +11,7 @@ import pytest
 from rl_moe.crl import main as crl
 from rl_moe.positions import main
 
-ARGV = ["--suite", "cw10-paper", "--method", "topk", "--tasks", "2", "--steps-per-task", "256", "--preset", "tiny", "--vec-env", "dummy",
+ARGV = ["--suite", "cw10", "--method", "topk", "--tasks", "2", "--steps-per-task", "256", "--preset", "tiny", "--vec-env", "dummy",
         "--no-progress", "--set", "eval.evals_per_task=1", "--set", "probe.enabled=false"]  # fmt: skip
 
 

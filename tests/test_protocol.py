@@ -33,27 +33,27 @@ def _object_positions(suite_name: str, seeds: tuple[int, ...], resets: int) -> l
 
 
 def test_fixed_positions_keep_each_envs_first_position_and_resample_draws_anew() -> None:
-    (a, b) = _object_positions("cw10-paper", (3, 4), 3)
+    (a, b) = _object_positions("cw10", (3, 4), 3)
     assert all(np.array_equal(a[0], p) for p in a)  # fixed across resets
     assert not np.array_equal(a[0], b[0])  # a position per seed
-    assert np.array_equal(_object_positions("cw10-paper", (3,), 1)[0][0], a[0])  # and the same again
-    (r,) = _object_positions("cw10", (3,), 3)
+    assert np.array_equal(_object_positions("cw10", (3,), 1)[0][0], a[0])  # and the same again
+    (r,) = _object_positions("cw10-cw", (3,), 3)
     assert not np.array_equal(r[0], r[1]) and not np.array_equal(r[1], r[2])
 
 
 def test_paper_suite_states_its_protocol() -> None:
-    paper, cw = load_suite("cw10-paper"), load_suite("cw10")
+    paper, cw = load_suite("cw10"), load_suite("cw10-cw")
     assert paper.task_names == cw.task_names
     assert paper.episode_length == 500 and cw.episode_length == 200
     assert all(t.params["positions"] == "fixed" for t in (*paper.tasks, *paper.probe_tasks))
     assert all("positions" not in t.params for t in cw.tasks)
-    cfg = resolve(RunRequest(suite="cw10-paper", method="topk", tasks=1))
+    cfg = resolve(RunRequest(suite="cw10", method="topk", tasks=1))
     assert cfg.ppo.grad_clip == "separate" and cfg.eval.positions == "both"
-    assert resolve(RunRequest(suite="cw10", method="topk", tasks=1)).ppo.grad_clip == "joint"
+    assert resolve(RunRequest(suite="cw10-cw", method="topk", tasks=1)).ppo.grad_clip == "joint"
 
 
 def test_task_defaults_sit_beneath_a_tasks_own_fields() -> None:
-    data = json.loads((SUITES / "cw10.json").read_text())
+    data = json.loads((SUITES / "cw10-cw.json").read_text())
     data["task_defaults"] = {"positions": "fixed"}
     data["tasks"][1] = {"name": data["tasks"][1]["name"], "positions": "resample"}
     suite = suite_from_dict(data)
@@ -72,7 +72,7 @@ def test_task_defaults_sit_beneath_a_tasks_own_fields() -> None:
 
 
 def test_envpool_names_why_it_cannot_keep_fixed_positions() -> None:
-    suite = load_suite("cw10-paper")
+    suite = load_suite("cw10")
     task = next(t for t in suite.tasks if t.name == "push-wall-v3")
     reason = FAMILIES["metaworld"].pool(task, [0, 1], 500, 1)
     assert isinstance(reason, str) and "positions 'fixed'" in reason
@@ -111,7 +111,7 @@ def test_eval_point_values_and_padding() -> None:
 
 @pytest.mark.parametrize("positions", ["heldout", "train", "both"])
 def test_eval_views_use_training_or_own_seeds(positions: str) -> None:
-    cfg = resolve(RunRequest(suite="cw10-paper", method="topk", tasks=2, overrides=(f"eval.positions={positions}",)))
+    cfg = resolve(RunRequest(suite="cw10", method="topk", tasks=2, overrides=(f"eval.positions={positions}",)))
     sched = ContinualScheduler(cfg, Path("/nonexistent-run"), progress=False)
     train = [f.seed for f in task_factories(sched.suite, sched.tasks[1], cfg.eval.n_envs, sched._seed(0, 1))]
     main_view = [f.seed for f in sched.eval_factories(1)]
@@ -168,7 +168,7 @@ def test_episode_stages_average_the_last_info_of_finished_episodes() -> None:
 def test_paper_suite_run_records_its_rules_stages_and_both_views(tmp_path: Path) -> None:
     """A real MetaWorld run under cw10-paper: 500-step episodes end inside 1,024 steps on 2 envs."""
     out = tmp_path / "runs"
-    rc = main(["--suite", "cw10-paper", "--method", "topk", "--tasks", "1", "--steps-per-task", "1024", "--out", str(out), "--preset", "tiny", "--no-progress"])
+    rc = main(["--suite", "cw10", "--method", "topk", "--tasks", "1", "--steps-per-task", "1024", "--out", str(out), "--preset", "tiny", "--no-progress"])
     assert rc == 0
     (run,) = [p for p in out.glob("*/*") if p.is_dir()]
     res = json.loads((run / "results.json").read_text())
@@ -186,12 +186,12 @@ def test_paper_suite_run_records_its_rules_stages_and_both_views(tmp_path: Path)
 @pytest.mark.parametrize(
     ("suite", "sets", "tag"),
     [
-        ("cw10-paper", (), ""),
-        ("cw10-paper", ("ppo.grad_clip=joint",), "-clip-joint"),
-        ("cw10-paper", ("ppo.grad_clip=separate", "eval.positions=heldout"), "-eval-heldout"),
-        ("cw10", ("ppo.grad_clip=separate",), "-clip-separate"),
-        ("cw10", ("ppo.grad_clip=joint", "eval.positions=heldout"), ""),  # the suite's own rules, named again
-        ("cw10", ("ppo.grad_clip=separate", "eval.positions=train"), "-clip-separate-eval-train"),
+        ("cw10", (), ""),
+        ("cw10", ("ppo.grad_clip=joint",), "-clip-joint"),
+        ("cw10", ("ppo.grad_clip=separate", "eval.positions=heldout"), "-eval-heldout"),
+        ("cw10-cw", ("ppo.grad_clip=separate",), "-clip-separate"),
+        ("cw10-cw", ("ppo.grad_clip=joint", "eval.positions=heldout"), ""),  # the suite's own rules, named again
+        ("cw10-cw", ("ppo.grad_clip=separate", "eval.positions=train"), "-clip-separate-eval-train"),
     ],
 )
 def test_a_run_that_changes_its_suites_rules_names_them(suite: str, sets: tuple[str, ...], tag: str, tmp_path: Path) -> None:
@@ -215,15 +215,15 @@ def test_the_sweeps_rules_tag_reads_flags_in_command_line_order(tmp_path: Path) 
 
     # The later --set wins, as in the CLI, whichever spelling each uses.
     args = ("--set=ppo.grad_clip=joint", "--set", "ppo.grad_clip=separate")
-    (trial,) = grid(SweepConfig(suites=("cw10-paper",), methods=("topk",), protocols=("rl",), out=tmp_path, crl_args=args))
+    (trial,) = grid(SweepConfig(suites=("cw10",), methods=("topk",), protocols=("rl",), out=tmp_path, crl_args=args))
     assert trial.run_dir.name == "ppo-topk-rl-s0"
-    (trial,) = grid(SweepConfig(suites=("cw10-paper",), methods=("topk",), protocols=("rl",), out=tmp_path, crl_args=("--set", "ppo.grad_clip=separate", "--set=ppo.grad_clip=joint")))
+    (trial,) = grid(SweepConfig(suites=("cw10",), methods=("topk",), protocols=("rl",), out=tmp_path, crl_args=("--set", "ppo.grad_clip=separate", "--set=ppo.grad_clip=joint")))
     assert trial.run_dir.name == "ppo-topk-rl-clip-joint-s0"
 
 
 def test_td3_runs_have_no_clipping_rule_to_name() -> None:
     from rl_moe.continual.resolve import rules_tag
 
-    cfg = resolve(RunRequest(suite="cw10-paper", algo="td3", method="topk", vec_env="dummy", overrides=("eval.positions=train",)))
+    cfg = resolve(RunRequest(suite="cw10", algo="td3", method="topk", vec_env="dummy", overrides=("eval.positions=train",)))
     assert cfg.rules()["grad_clip"] is None
     assert rules_tag(cfg) == "-eval-train"

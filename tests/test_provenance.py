@@ -42,7 +42,7 @@ def test_code_version_names_the_commit_and_whether_tracked_files_changed(tmp_pat
 @pytest.mark.parametrize("fast", ["1", "0"])
 def test_the_backend_says_whether_metaworld_ran_on_the_fast_path(fast: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(METAWORLD_FAST_VAR, fast)
-    suite = suite_of(resolve(RunRequest(suite="cw10-paper", method="topk", tasks=1, vec_env="dummy")))
+    suite = suite_of(resolve(RunRequest(suite="cw10", method="topk", tasks=1, vec_env="dummy")))
     env = make_vec_env(task_factories(suite, suite.tasks[2], 2, 0), "dummy")
     want = "dummy+fast" if fast == "1" else "dummy"
     assert provenance.vec_env_backend(env, "metaworld") == want

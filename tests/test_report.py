@@ -135,7 +135,7 @@ def test_paper_columns_next_to_cw10_tasks(tmp_path: Path) -> None:
     # A CW10 prefix under CRL gets Table 14's columns; a slice's paper average is left blank.
     tasks = ["hammer-v3", "push-wall-v3", "faucet-close-v3"]
     for method, seed in itertools.product(("topk", "sphere"), (0, 1)):
-        data = results(method, "crl", seed, [1.0, 0.0, 0.5], suite="cw10", tasks=tasks,
+        data = results(method, "crl", seed, [1.0, 0.0, 0.5], suite="cw10-cw", tasks=tasks,
                        eval_curves={t: {"steps": [i * SPT + 50, (i + 1) * SPT], "success": [0.0, 1.0]} for i, t in enumerate(tasks)})
         write_run(tmp_path / "runs", data)
     # RL on tasks out of CW10's order is still Table 13.
@@ -145,7 +145,7 @@ def test_paper_columns_next_to_cw10_tasks(tmp_path: Path) -> None:
     out = tmp_path / "report"
     assert main([str(tmp_path / "runs"), "--out", str(out), "--reps", "200"]) == 0
     md = (out / "report.md").read_text()
-    crl = "cw10 / ppo / CRL: success right after"
+    crl = "cw10-cw / ppo / CRL: success right after"
     header = [c.strip() for c in md[md.index(crl):].split("\n")[2].strip("|").split("|")]
     assert header == ["task", "topk (n=2)", "sphere (n=2)", "paper: topk (n=5)", "paper: sphere (n=5)"]
     assert table_row(md, crl, "push-wall-v3") == ["0.00 ± 0.00", "0.00 ± 0.00", "0.00 ± 0.00", "0.70 ± 0.25"]
@@ -157,7 +157,7 @@ def test_paper_columns_next_to_cw10_tasks(tmp_path: Path) -> None:
     # At the paper's budget the caption names it without the flag (tables.budget_note).
     assert budget_note(1_015_808) == "1,015,808 steps per task (paper: 1,000,000)"
     # The final-checkpoint table has no paper columns.
-    assert len(table_row(md, "cw10 / ppo / CRL: final-checkpoint", "hammer-v3")) == 2
+    assert len(table_row(md, "cw10-cw / ppo / CRL: final-checkpoint", "hammer-v3")) == 2
 
 
 def test_rl_crl_gap_and_headline(runs_root: Path, report: tuple[Path, str]) -> None:

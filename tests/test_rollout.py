@@ -32,7 +32,7 @@ def _metaworld() -> VecEnv:
     from rl_moe.envs.factories import make_vec_env as make_task_env, task_factories
     from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 
-    suite = suite_of(resolve(RunRequest(suite="cw10", method="topk", tasks=1, device="cpu")))
+    suite = suite_of(resolve(RunRequest(suite="cw10-cw", method="topk", tasks=1, device="cpu")))
     return make_task_env(task_factories(suite, suite.tasks[0], 2, 0), "dummy")  # 500-step episodes
 
 

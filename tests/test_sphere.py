@@ -224,7 +224,7 @@ def test_config_validation_and_suite_rho() -> None:
 
     # Table 2's per-suite rho comes from the suite files; hb5 is read without resolving (that
     # needs HumanoidBench installed).
-    assert resolve(RunRequest(suite="cw10", tasks=1, device="cpu")).regularizers["sphere"].rho == 0.1
+    assert resolve(RunRequest(suite="cw10-cw", tasks=1, device="cpu")).regularizers["sphere"].rho == 0.1
     assert load_suite("hb5").regularizers["sphere"]["rho"] == 1e-3
     assert Sphere(rho=1e-3, placement="critic").config == sphere_config(rho=1e-3, placement="critic")
     for bad in (dict(placement="gate"), dict(layer="first"), dict(coef_mode="auto"), dict(gram="kron")):

@@ -119,7 +119,7 @@ def test_grid_folders_and_command(tmp_path: Path) -> None:
     assert cmd_flag(replace(cfg, crl_args=("--vec-env", "subproc")), "--vec-env") == "subproc"
     assert cmd_flag(replace(cfg, crl_args=("--threads", "2")), "--threads") == "2"
     # MetaWorld trials step on EnvPool where it is installed.
-    cw10 = replace(cfg, suites=("cw10",))
+    cw10 = replace(cfg, suites=("cw10-cw",))
     assert cmd_flag(cw10, "--vec-env") == ("envpool" if envpool_installed() else "dummy")
 
 

@@ -48,5 +48,11 @@ def test_governor_sets_threads_per_task_and_drops_to_one_under_load(monkeypatch:
         load["now"] = 3.0  # another process started beside the run
         native._on_rollout_start()
         assert torch.get_num_threads() == 1
+        load["now"] = 0.0
+        native._on_rollout_start()
+        assert torch.get_num_threads() == 2
+        load["now"] = 3.0  # ... and one that starts during a rollout: the update runs on one thread
+        native._on_rollout_end()
+        assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)

@@ -43,7 +43,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     torch.set_num_threads(1)
-    cfg = resolve(RunRequest(suite="cw10", method="sphere", tasks=1, device="cpu", overrides=tuple(args.overrides)))
+    cfg = resolve(RunRequest(suite="cw10-cw", method="sphere", tasks=1, device="cpu", overrides=tuple(args.overrides)))
     suite = suite_of(cfg)
     task = next(t for t in suite.tasks if t.name == args.task)
     model = build_model(cfg, make_vec_env(task_factories(suite, task, cfg.ppo.n_envs, 0), "dummy"), "cpu")

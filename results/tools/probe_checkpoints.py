@@ -1,6 +1,6 @@
 """Probe a run's checkpoints (and a fresh network of the same config) on a suite's held-out batch.
 
-    python results/tools/probe_checkpoints.py RUN_DIR [RUN_DIR ...] [--suite cw10] [--json out.json]
+    python results/tools/probe_checkpoints.py RUN_DIR [RUN_DIR ...] [--suite cw10-cw] [--json out.json]
 
 Prints one markdown row per network: r_e(K), r_e(A_last), dormant ratio, idle-expert fraction and
 routing entropy on the batch that a new run of ``--suite`` collects (docs/metrics.md, "The
@@ -61,7 +61,7 @@ def run_networks(run: Path) -> Iterator[tuple[str, torch.nn.Module]]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("runs", nargs="+", type=Path)
-    p.add_argument("--suite", default="cw10", help="whose held-out batch (default cw10)")
+    p.add_argument("--suite", default="cw10-cw", help="whose held-out batch (default cw10-cw, Continual World's rules)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
     torch.set_num_threads(1)

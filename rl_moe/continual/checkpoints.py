@@ -1,8 +1,9 @@
 """Loading a finished task's checkpoint together with the env it was trained and scored on.
 
 A checkpoint alone is not enough to reproduce a score: the suite's env differs from the package
-defaults (CW10: 200-step goal-observable MetaWorld episodes with a fresh goal at every reset, where
-``Meta-World/MT1`` gives 500-step episodes over 50 fixed goals), and HumanoidBench runs normalise
+defaults (``Meta-World/MT1`` gives 500-step episodes over 50 fixed goals, where ``cw10`` plays
+500-step goal-observable episodes with each env keeping the position it drew from its seed, and
+``cw10-cw`` 200-step ones with a fresh goal at every reset), and HumanoidBench runs normalise
 observations with statistics stored beside the checkpoint.
 
     from rl_moe.continual.checkpoints import load_checkpoint, make_task_env

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +82,15 @@ class EvalSettings:
 EVAL_POSITIONS: tuple[str, ...] = ("heldout", "train", "both")
 
 
+def shared_task_fields(tasks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The fields every task of a suite sets alike (MetaWorld's ``positions``, ``reward_version``):
+    protocol rules, as a suite file's ``task_defaults`` writes them."""
+    tasks = [dict(t) for t in tasks]
+    if not tasks:
+        return {}
+    return {k: v for k, v in tasks[0].items() if k not in ("name", "success_bar") and all(t.get(k) == v for t in tasks)}
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that defines a run; saved as ``config.json`` and reloaded by ``--resume``.
@@ -151,12 +160,10 @@ class RunConfig:
         table mixes protocols: the suite's episode length, the task fields every task shares
         (MetaWorld's ``positions``, ``reward_version``), PPO's gradient clipping and the
         evaluation's positions."""
-        tasks = [dict(t) for t in self.suite_data.get("tasks", [])]
-        shared = {k: v for k, v in tasks[0].items() if k not in ("name", "success_bar") and all(t.get(k) == v for t in tasks)} if tasks else {}
         section = self.learner_settings
         return {
             "episode_length": self.suite_data.get("episode_length"),
-            "task_fields": shared,
+            "task_fields": shared_task_fields(self.suite_data.get("tasks", [])),
             "grad_clip": section.grad_clip if isinstance(section, PPOConfig) else None,
             "eval_positions": self.eval.positions,
         }

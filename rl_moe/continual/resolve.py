@@ -13,7 +13,9 @@ from typing import Any
 import torch
 
 from rl_moe.continual.agents import net_configs_for
-from rl_moe.continual.config import EVAL_POSITIONS, OVERRIDE_PRESETS, EvalSettings, NetSettings, RunConfig, apply_overrides, regularizer_configs
+from rl_moe.continual.config import (
+    EVAL_POSITIONS, OVERRIDE_PRESETS, EvalSettings, NetSettings, RunConfig, apply_overrides, regularizer_configs, shared_task_fields,
+)  # fmt: skip
 from rl_moe.continual.intask import CheckpointSettings
 from rl_moe.continual.learners import LEARNERS, PPOConfig, check_fast_update, get_learner
 from rl_moe.continual.methods import get_method
@@ -236,13 +238,14 @@ def suite_of(cfg: RunConfig) -> Suite:
 RULE_TAGS: dict[str, str] = {"grad_clip": "clip", "eval_positions": "eval"}
 
 
-def suite_rules(cfg: RunConfig) -> dict[str, Any]:
-    """The rules a run would hold under with no ``--set``: its suite's learner preset and
-    evaluation defaults (what :meth:`RunConfig.rules` reports for an unchanged run)."""
-    suite = suite_of(cfg)
-    preset = suite_preset(suite, cfg.algo)
+def suite_rules(suite: Suite, algo: str) -> dict[str, Any]:
+    """The rules a run of ``suite`` with ``algo`` holds under with no ``--set``: the suite's
+    episode length and shared task fields, its learner preset's clipping and its evaluation
+    defaults (what :meth:`RunConfig.rules` reports for an unchanged run)."""
+    preset = suite_preset(suite, algo)
     return {
-        **cfg.rules(),
+        "episode_length": suite.episode_length,
+        "task_fields": shared_task_fields([t.to_dict() for t in suite.tasks]),
         "grad_clip": preset.grad_clip if isinstance(preset, PPOConfig) else None,
         "eval_positions": dict(suite.eval).get("positions", EvalSettings().positions),
     }
@@ -252,5 +255,5 @@ def rules_tag(cfg: RunConfig) -> str:
     """``""`` for a run under its suite's rules, else its overridden rules as ``-clip-joint``,
     ``-eval-train`` ...: a run that changes the protocol says so in its folder's name, so that
     two runs of one suite under different rules never share a folder or a name in a table."""
-    ours, theirs = cfg.rules(), suite_rules(cfg)
+    ours, theirs = cfg.rules(), suite_rules(suite_of(cfg), cfg.algo)
     return "".join(f"-{tag}-{ours[key]}" for key, tag in RULE_TAGS.items() if ours[key] != theirs[key])

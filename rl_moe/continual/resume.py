@@ -26,6 +26,7 @@ from rl_moe.continual.rng import load as load_training_state
 from rl_moe.envs import envpool_env
 from rl_moe.envs.envpool_env import INSTALL_HINT
 from rl_moe.envs.factories import task_factories
+from rl_moe.envs.suites import SUITE_ALIASES, current_suite_name
 from rl_moe.errors import MissingDependencyError, UsageError, check_choice
 from rl_moe.rundir import RunDir
 
@@ -132,6 +133,15 @@ def extend_tasks(cfg: RunConfig, tasks: int | None) -> RunConfig:
     return dataclasses.replace(cfg, tasks=first_tasks(suite_of(cfg), tasks))
 
 
+def _same_suite(given: str, cfg: RunConfig) -> bool:
+    """``--suite`` names the suite a resumed run recorded: the name it was started with, or
+    today's name of its rules, or an alias of that. A folder made under ``cw10`` before it became
+    the paper's protocol resumes, with the rules it recorded, under ``--suite cw10`` as typed
+    then or under ``--suite cw10-cw``."""
+    today = current_suite_name(cfg.suite_name, cfg.suite_data.get("episode_length"))
+    return given == cfg.suite or SUITE_ALIASES.get(given, given) == today
+
+
 def check_flags_match(args: argparse.Namespace, cfg: RunConfig) -> None:
     """A resumed run keeps its stored settings; refuse flags that ask for different ones."""
     stored = {"suite": cfg.suite, "algo": cfg.algo, "method": cfg.method, "protocol": cfg.protocol, "seed": cfg.seed,
@@ -139,6 +149,8 @@ def check_flags_match(args: argparse.Namespace, cfg: RunConfig) -> None:
     stored.update(tasks=len(cfg.tasks), experts=cfg.net.n_experts, top_k=cfg.net.top_k, vec_env=cfg.vec_env)
     given_flags = {name: vars(args)[name] for name in (*_RUN_FLAGS, "tasks", "experts", "top_k")}
     given_flags["vec_env"] = None if args.vec_env == "auto" else args.vec_env
+    if given_flags["suite"] is not None and _same_suite(given_flags["suite"], cfg):
+        given_flags["suite"] = None  # an alias, or today's name of the rules the run recorded
     for name, given in given_flags.items():
         key = _RUN_FLAGS.get(name, name)
         if given is not None and given != stored[key]:

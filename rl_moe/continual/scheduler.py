@@ -34,7 +34,7 @@ from rl_moe.continual.evaluation import EvalEnvs, EvalPoint, EvalResult, Periodi
 from rl_moe.continual.intask import InTaskCheckpoint
 from rl_moe.continual.learners import get_learner
 from rl_moe.continual.probe_states import default_probe_policy, load_or_collect, make_probe_callback, probe_factories
-from rl_moe.continual.progress import ProgressLine
+from rl_moe.continual.progress import Pace, ProgressLine, draw_evaluation
 from rl_moe.continual.resolve import suite_of
 from rl_moe.envs.factories import EnvFactory, announce_fallbacks, make_vec_env, task_factories
 from rl_moe.envs.families import get_family
@@ -97,8 +97,7 @@ class ContinualScheduler:
         self.logger: Logger | None = None
         self._eval_envs: dict[tuple[int, bool | None], EvalEnvs] = {}
         self._task_seconds = float("nan")  # training time of the task being evaluated
-        self._cycle_rate: float | None = None  # steps/s of the last task's rollout + update cycles (progress ETA)
-        self._tail_seconds = 0.0  # the last task's checkpoint and success-matrix time (progress ETA)
+        self._pace = Pace()  # what the progress line's ETA has measured so far
         self._pending_in_task: dict[str, Any] | None = None  # the in-task checkpoint a resume continues from
         self._resumed_at: int | None = None  # first task after a resume whose start eval is already logged
         # Generator states and counters at the last task boundary (see rl_moe.continual.rng).
@@ -311,9 +310,9 @@ class ContinualScheduler:
         if self.progress:
             later = (len(self.tasks) - i - 1) * cfg.effective_steps_per_task
             line = ProgressLine(
-                f"[task {i + 1}/{len(self.tasks)} {task.name}]", start, cfg.effective_steps_per_task, later_steps=later,
-                prior_rate=self._cycle_rate, tail_seconds=self._tail_seconds, later_tasks=len(self.tasks) - i - 1,
-                counted_from=resumed_at,
+                self._label(i), start, cfg.effective_steps_per_task, later_steps=later, later_tasks=len(self.tasks) - i - 1, pace=self._pace,
+                # a resume inside the task skips the start evaluation: no guess until a tail is timed
+                tail_per_start_eval=0.0 if in_task is not None else len(self._matrix_columns(i)) * cfg.eval.matrix_episodes / cfg.eval.n_episodes,
             )  # fmt: skip
             callbacks.append(line)
         callbacks.extend(self.extra_callbacks)
@@ -349,8 +348,8 @@ class ContinualScheduler:
             step = int(self.model.num_timesteps)
             raise DivergedError(f"{bad} at step {step} in task {i + 1} ({task.name})") from exc
         end = int(self.model.num_timesteps)
-        if self.progress:  # the next task's ETA starts from this task's cycle rate
-            self._cycle_rate = line.cycle_rate
+        if self.progress:  # the next task's ETA starts from this task's phases
+            self._pace.phases = line.phases
         if isinstance(self.model, RegularizedMixin):  # the task's last update, at its step (before the checkpoint)
             self.model.flush_update_logs()
         trained = time.perf_counter()
@@ -361,7 +360,7 @@ class ContinualScheduler:
         self._store_trained(i, start, end, curve)
         self.files.in_task.unlink(missing_ok=True)  # the task's own checkpoint supersedes it
         self._evaluate_and_store(i)
-        self._tail_seconds = time.perf_counter() - trained  # a resumed task's earlier seconds are not in it
+        self._pace.tail_seconds = time.perf_counter() - trained
 
     def _record_in_task(self, task_start: int, step: int) -> None:
         """results.json says how far the unfinished task got (its last in-task checkpoint)."""
@@ -414,13 +413,24 @@ class ContinualScheduler:
         return torch.as_tensor(self.env.normalize_obs(states.numpy()), dtype=torch.float32)
 
     def _evaluate_row(self, i: int) -> list[EvalPoint | None]:
-        last = i == len(self.tasks) - 1
-        cols = range(len(self.tasks)) if (self.cfg.eval.full_matrix or last) else [i]
+        cols = self._matrix_columns(i)
         row: list[EvalPoint | None] = [None] * len(self.tasks)
-        for j in cols:
+        for k, j in enumerate(cols):
+            if self.progress:
+                draw_evaluation(self._label(i), k, len(cols))
             row[j] = self._evaluate(j, self.cfg.eval.matrix_episodes, reuse=j == i, beside=j == i)
+        if self.progress:
+            draw_evaluation(self._label(i), len(cols), len(cols))
         release_memory()
         return row
+
+    def _matrix_columns(self, i: int) -> list[int]:
+        """The tasks evaluated at the end of task ``i`` (the success matrix's row)."""
+        last = i == len(self.tasks) - 1
+        return list(range(len(self.tasks))) if (self.cfg.eval.full_matrix or last) else [i]
+
+    def _label(self, i: int) -> str:
+        return f"[task {i + 1}/{len(self.tasks)} {self.tasks[i].name}]"
 
     def _store_trained(self, i: int, start: int, end: int, curve: dict[str, list]) -> None:
         """Mark task ``i`` finished (its checkpoint is durable) with its periodic-eval curve."""

@@ -2,7 +2,9 @@
 robust aggregates (IQM, probability of improvement), Continual World metrics and plasticity plots.
 
 ``python -m rl_moe.report runs/cw10 --out report`` writes ``report.md`` and ``report.html`` with PNG
-figures beside them.
+figures beside them. Runs are grouped under today's name of the rules they recorded: ``cw10-paper``
+runs as ``cw10``, and ``cw10`` runs from before 2026-11-26 (200-step episodes, or no recorded
+rules) as ``cw10-cw``.
 """
 
 from rl_moe.report.build import ReportFiles, ReportOptions, build_report

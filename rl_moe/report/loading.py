@@ -1,7 +1,9 @@
 """Finding and validating run folders (``results.json`` schema 1, documented in docs/continual.md).
 
 A run folder holds ``results.json``, ``config.json`` and TensorBoard event files. Runs are grouped
-by (suite, algo, method, protocol); seeds of a group are what tables and bands aggregate over.
+by (suite, algo, method, protocol), the suite under its name today (``cw10-paper`` runs are ``cw10``,
+and ``cw10`` runs from before it became the paper's protocol are ``cw10-cw``); seeds of a group are
+what tables and bands aggregate over.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rl_moe.envs.suites import current_suite_name
 from rl_moe.rundir import RunDir
 
 SCHEMA_VERSION = 1
@@ -125,6 +128,9 @@ def parse_results(data: Any, path: Path) -> Run:
         if data[name] not in valid:
             raise ReportError(f"{path}: unknown {name} {data[name]!r}; valid choices: {', '.join(valid)}")
     tasks = tuple(str(t) for t in data["tasks"])
+    rules = data.get("rules") or {}
+    if not isinstance(rules, dict):
+        raise ReportError(f"{path}: key 'rules' has type {type(rules).__name__}, expected dict")
     n = len(tasks)
     if n == 0:
         raise ReportError(f"{path}: empty task list")
@@ -141,7 +147,7 @@ def parse_results(data: Any, path: Path) -> Run:
         curves[str(task)] = (tuple(float(s) for s in steps), tuple(_num(v) for v in succ))
     return Run(
         path=path.parent,
-        key=RunKey(data["suite"], data["algo"], data["method"], data["protocol"]),
+        key=RunKey(current_suite_name(data["suite"], rules.get("episode_length")), data["algo"], data["method"], data["protocol"]),
         seed=data["seed"],
         tasks=tasks,
         steps_per_task=data["steps_per_task"],
@@ -152,7 +158,7 @@ def parse_results(data: Any, path: Path) -> Run:
         eval_curves=curves,
         stored_cl=dict(data.get("cl_metrics") or {}),
         segments=tuple((int(a), int(b)) for a, b in data.get("task_segments") or ()),
-        rules=dict(data.get("rules") or {}),
+        rules=rules,
     )
 
 

@@ -7,7 +7,8 @@ trials (``results.json`` with ``"complete": true``) and resumes unfinished ones.
 on this machine (``--backend local``, ``--parallel N`` at a time); ``--backend sequential`` runs them
 one after another.
 
-Example (the paper's CW10 comparison, 5 seeds)::
+Example (the paper's CW10 comparison, 5 seeds; ``cw10`` is the SPHERE paper's protocol,
+``cw10-cw`` Continual World's rules)::
 
     python -m rl_moe.sweep --suite cw10 --method topk sphere --protocol crl rl --seed 0 1 2 3 4
 
