@@ -1,0 +1,85 @@
+"""Test 2 of the SPHERE screen (docs/results.md §6), per run: own-task success, the share of
+updates that are *collapsed*, the held-out r_e(K) at the end, and how often the online features
+are exactly zero. Reads only results.json and the TensorBoard events, so it works on the committed
+summaries.
+
+    python results/tools/screen_summary.py results/sphere-screen [--json results/sphere-screen/summary.json]
+
+*Collapsed* (docs/results.md, "Definitions"): SPHERE's λ > 1e4 or its penalty < 1e-8, per update;
+runs from 2026-11-26 log it as ``train/sphere_collapsed`` and this reads it from the logged λ and
+penalty by the same rule, so the two agree. A variant passes test 2 on a run when the success is
+≥ 0.9 and fewer than half of the updates are collapsed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+LAMBDA_MAX, LOSS_MIN = 1e4, 1e-8
+PASS_SUCCESS, PASS_COLLAPSED = 0.9, 0.5
+
+
+def _scalars(tb: Path) -> dict[str, dict[int, float]]:
+    out: dict[str, dict[int, float]] = {}
+    for events in sorted(tb.glob("events.*")):  # a resumed run writes a second file
+        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            out.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
+    return out
+
+
+def summarize(run: Path) -> dict[str, object]:
+    res = json.loads((run / "results.json").read_text())
+    cfg = json.loads((run / "config.json").read_text())
+    s = _scalars(run / "tb")
+    lam, loss = s.get("train/coef_sphere", {}), s.get("train/loss_sphere", {})
+    steps = sorted(set(lam) & set(loss))
+    collapsed = [lam[t] > LAMBDA_MAX or loss[t] < LOSS_MIN for t in steps]
+    rank = s.get("plasticity/entk_rank", {})
+    online = s.get("plasticity/feature_norm_online", {})
+    share = sum(collapsed) / len(collapsed) if collapsed else None
+    success = res["own_success"][0] if res.get("complete") else None
+    return {
+        "run": run.name,
+        "method": res["method"],
+        "regularizers": cfg.get("regularizers", {}).get("sphere"),
+        "seed": res["seed"],
+        "complete": res.get("complete", False),
+        "steps": res.get("global_step"),
+        "success": success,
+        "success_heldout": (res.get("eval_curves", {}).get(res["tasks"][0], {}).get("success_heldout") or [None])[-1],
+        "updates": len(steps),
+        "collapsed_share": share,
+        "logged_collapsed_share": (lambda v: sum(v) / len(v) if v else None)(list(s.get("train/sphere_collapsed", {}).values())),
+        "lambda_gt_1e4_share": sum(lam[t] > LAMBDA_MAX for t in steps) / len(steps) if steps else None,
+        "loss_zero_share": sum(loss[t] == 0 for t in steps) / len(steps) if steps else None,
+        "entk_rank_end": rank[max(rank)] if rank else None,
+        "feature_norm_online_zero": f"{sum(v == 0 for v in online.values())} of {len(online)}",
+        "passes": None if success is None or share is None else bool(success >= PASS_SUCCESS and share < PASS_COLLAPSED),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("root", type=Path)
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args()
+    rows = [summarize(r.parent) for r in sorted(args.root.rglob("results.json"))]
+    print("| run | success (train / held out) | updates collapsed | λ > 1e4 | penalty exactly 0 | r_e(K) held out, end | online features 0 | passes |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        pct = lambda v: "—" if v is None else f"{100 * v:.0f}%"  # noqa: E731
+        succ = "unfinished" if r["success"] is None else f"{r['success']:.2f} / {r['success_heldout']:.2f}"
+        rank = "—" if r["entk_rank_end"] is None else f"{r['entk_rank_end']:.2f}"
+        print(f"| {r['run']} | {succ} | {pct(r['collapsed_share'])} of {r['updates']} | {pct(r['lambda_gt_1e4_share'])} | {pct(r['loss_zero_share'])} | {rank} | {r['feature_norm_online_zero']} | {r['passes']} |")
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
