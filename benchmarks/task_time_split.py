@@ -33,6 +33,7 @@ from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.continual.evaluation import evaluate
 from rl_moe.continual.probe_states import collect_probe_states, make_probe_callback, probe_factories
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
+from rl_moe.continual.rng import env_seed
 from rl_moe.envs.factories import make_vec_env, task_factories
 
 TASK_STEPS = 1_015_808  # 62 rollouts of the paper's 8 x 2048
@@ -121,11 +122,11 @@ def main() -> None:
     flops = _update_flops(model)
     peak = _matmul_peak()
 
-    factories = task_factories(suite, task, cfg.eval.n_envs, 50_000)
+    factories = task_factories(suite, task, cfg.eval.n_envs, env_seed(0, "eval"))
     t0 = time.perf_counter()
     evaluate(model, factories, cfg.eval.n_envs, None, "dummy")
     episode = (time.perf_counter() - t0) / cfg.eval.n_envs
-    states = collect_probe_states(probe_factories(suite, 99_000), cfg.probe.n_states, stride=cfg.probe.stride, policy=cfg.probe.policy, noise=cfg.probe.noise)
+    states = collect_probe_states(probe_factories(suite, env_seed(0, "probe")), cfg.probe.n_states, stride=cfg.probe.stride, policy=cfg.probe.policy, noise=cfg.probe.noise)
     probe = make_probe_callback(states, 1, config=cfg.probe)
     probe.init_callback(model)
     probe._on_training_start()

@@ -30,7 +30,7 @@ from rl_moe.continual.agents import build_model
 from rl_moe.continual.config import RunConfig
 from rl_moe.continual.evaluation import evaluate
 from rl_moe.continual.methods import get_method
-from rl_moe.continual.results import write_json_atomic
+from rl_moe.atomic import write_json_atomic
 from rl_moe.continual.scheduler import ContinualScheduler
 from rl_moe.errors import UsageError
 from rl_moe.nn import EVRerouted
@@ -49,14 +49,15 @@ def _own(net: nn.Module, alpha: float, top_c: int) -> nn.Module:
     return net  # the router the run trained with, unchanged: a control
 
 
-#: --router name -> (trained actor, alpha, top_c) -> re-routed actor.
-ROUTERS: dict[str, Callable[[nn.Module, float, int], nn.Module]] = {"ssmoe": _ssmoe, "own": _own}
+#: --router name -> (trained actor, alpha, top_c) -> re-routed actor: training-free re-routings of a
+#: trained Top-K actor (not :data:`rl_moe.nn.routing.ROUTERS`, the routers networks are built with).
+REROUTINGS: dict[str, Callable[[nn.Module, float, int], nn.Module]] = {"ssmoe": _ssmoe, "own": _own}
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = UsageParser(prog="python -m rl_moe.evaluate", description="Re-evaluate a run's task checkpoints with another router (training-free).")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by python -m rl_moe.crl")
-    p.add_argument("--router", default="ssmoe", help=f"router to evaluate with: {', '.join(ROUTERS)}")
+    p.add_argument("--router", default="ssmoe", help=f"router to evaluate with: {', '.join(REROUTINGS)}")
     p.add_argument("--alpha", type=float, default=0.7, help="EV-router weight alpha in [0, 1] (SSMoE; default 0.7)")
     p.add_argument("--top-c", type=int, default=2, help="eigenvectors per expert embedding (default 2)")
     p.add_argument("--episodes", type=int, default=None, help="episodes per cell (default: the run's eval.matrix_episodes)")
@@ -88,8 +89,8 @@ def read_run(run_dir: Path) -> tuple[Any, dict[str, Any]]:
 def check_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """Validate everything before any work; :class:`UsageError` names the bad value."""
 
-    if args.router not in ROUTERS:
-        raise UsageError(f"unknown router {args.router!r}; valid choices: {', '.join(ROUTERS)}")
+    if args.router not in REROUTINGS:
+        raise UsageError(f"unknown router {args.router!r}; valid choices: {', '.join(REROUTINGS)}")
     if not 0.0 <= args.alpha <= 1.0:
         raise UsageError(f"--alpha must be in [0, 1], got {args.alpha}")
     if args.top_c < 1:
@@ -116,7 +117,7 @@ def reroute_actor(policy: nn.Module, router: str, alpha: float, top_c: int) -> N
     """Replace the policy's actor network by its re-routed version (same parameters)."""
     if not isinstance(policy, (MoEActorCriticPolicy, MoETD3Policy)):
         raise UsageError(f"cannot find the actor network of {type(policy).__name__}; valid choices: MoEActorCriticPolicy, MoETD3Policy")
-    policy.replace_actor_network(lambda net: ROUTERS[router](net, alpha, top_c))
+    policy.replace_actor_network(lambda net: REROUTINGS[router](net, alpha, top_c))
 
 
 def load_task_model(run_dir: Path, cfg: Any, sched: ContinualScheduler, i: int, env: Any, device: str) -> tuple[Any, Any]:

@@ -13,7 +13,8 @@ from rl_moe.continual.config import RunConfig
 from rl_moe.continual.learners import TaskLinearSchedule
 from rl_moe.continual.metrics import compute_cl_metrics, curve_auc, forward_transfer
 from rl_moe.continual.resolve import RunRequest, resolve
-from rl_moe.continual.results import Results, write_json_atomic
+from rl_moe.atomic import write_json_atomic
+from rl_moe.continual.results import Results
 from rl_moe.errors import UsageError
 from rl_moe.nn import build_network
 

@@ -12,7 +12,7 @@ from stable_baselines3.common.save_util import load_from_zip_file
 
 from rl_moe.continual import scheduler as sched_mod
 from rl_moe.continual.resolve import RunRequest, resolve
-from rl_moe.continual.results import load_regularizer_state
+from rl_moe.continual.state_files import load_regularizer_state
 from rl_moe.continual.scheduler import ContinualScheduler
 from rl_moe.crl import main
 from rl_moe.rundir import RunDir

@@ -112,7 +112,7 @@ def test_smoke_crl_run_and_report(tmp_path: Path, method: str) -> None:
 
 def test_l2init_keeps_its_theta0_across_a_resume(tmp_path: Path) -> None:
     """theta_0 is state: a learner built with another seed continues toward the saved one."""
-    from rl_moe.continual.results import load_regularizer_state, save_regularizer_state
+    from rl_moe.continual.state_files import load_regularizer_state, save_regularizer_state
 
     def learner(seed: int) -> MoEPPO:
         env = make_vec_env("Pendulum-v1", n_envs=1, seed=seed)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rl_moe.algos import MoEPPO, MoETD3
-from rl_moe.continual.results import load_regularizer_state, save_regularizer_state
+from rl_moe.continual.state_files import load_regularizer_state, save_regularizer_state
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
 from rl_moe.regularizers import REGISTRY, loss_context, make_regularizer
 

@@ -368,7 +368,7 @@ def test_resume_refuses_conflicting_run_flags_and_prints_an_absolute_resume_path
 def test_full_disk_during_a_run_says_what_was_kept_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from rl_moe.continual import results as results_mod
+    from rl_moe import atomic as results_mod
 
     original = results_mod._replace_atomically
 

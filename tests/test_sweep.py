@@ -20,6 +20,7 @@ import pytest
 from rl_moe.envs.envpool_env import envpool_installed
 
 from rl_moe import sweep
+from rl_moe.sweep import run as sweep_run
 from rl_moe.sweep import (
     Outcome, RayOptions, SweepConfig, SweepError, Trial, grid, is_complete, local_slots, main, run_sweep, trial_command,
 )  # fmt: skip
@@ -137,7 +138,7 @@ def test_parse_passthrough_after_double_dash() -> None:
 def test_local_fallback_skips_complete_and_reports_failures(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    monkeypatch.setattr(sweep, "ray_available", lambda: False)
+    monkeypatch.setattr(sweep_run, "ray_available", lambda: False)
     cfg = SweepConfig(suites=("smoke",), methods=("topk",), protocols=("crl", "rl"), seeds=(0, 1), out=tmp_path, cpus_per_trial=2)
     runner = SlowRunner(0.1)
     outcomes = run_sweep(cfg, "auto", runner, RayOptions(num_cpus=4))
@@ -161,7 +162,7 @@ def test_local_fallback_skips_complete_and_reports_failures(
 
 
 def test_failed_trial_gives_exit_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    monkeypatch.setattr(sweep, "validate", lambda cfg, trials: None)  # 'broken' is not a real method
+    monkeypatch.setattr(sweep_run, "validate", lambda cfg, trials: None)  # 'broken' is not a real method
     rc = main(["--suite", "smoke", "--method", "topk", "broken", "--backend", "sequential", "--out", str(tmp_path)], runner=FakeRunner())
     assert rc == 1
     out = capsys.readouterr().out
@@ -270,7 +271,7 @@ def test_local_backend_spreads_trials_over_gpus(tmp_path: Path, monkeypatch: pyt
 
 
 def test_auto_without_ray_uses_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sweep, "ray_available", lambda: False)
+    monkeypatch.setattr(sweep_run, "ray_available", lambda: False)
     assert sweep.resolve_backend("auto", SweepConfig(suites=("smoke",), methods=("topk",))) == "local"
     runner = SlowRunner(0.2)
     assert main(["--suite", "smoke", "--method", "topk", "--seed", "0", "1", "--num-cpus", "2", "--out", str(tmp_path)], runner=runner) == 0

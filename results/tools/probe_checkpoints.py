@@ -20,6 +20,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from rl_moe.continual.agents import build_model
 from rl_moe.continual.config import RunConfig
 from rl_moe.continual.probe_states import collect_probe_states, probe_factories
+from rl_moe.continual.rng import env_seed
 from rl_moe.continual.scheduler import ContinualScheduler
 from rl_moe.envs.suites import load_suite
 from rl_moe.diagnostics import ProbeConfig
@@ -66,7 +67,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)
     cfg_probe = ProbeConfig()
-    states = collect_probe_states(probe_factories(load_suite(args.suite), 99_000), cfg_probe.n_states, stride=cfg_probe.stride, policy="expert", noise=cfg_probe.noise, seed=0)
+    states = collect_probe_states(probe_factories(load_suite(args.suite), env_seed(0, "probe")), cfg_probe.n_states, stride=cfg_probe.stride, policy="expert", noise=cfg_probe.noise, seed=0)
     rows = []
     for run in args.runs:
         for label, policy in run_networks(run):

@@ -24,9 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from rl_moe.nn import MoEOutput
 
-#: Phases of an update in which a penalty can be added.
-PHASES: tuple[str, ...] = ("ppo", "td3_critic", "td3_actor")
-#: Roles whose loss is optimised in each phase.
+#: Phases of an update in which a penalty can be added -> the roles whose loss is optimised there.
 PHASE_ROLES: dict[str, tuple[str, ...]] = {"ppo": ("actor", "critic"), "td3_actor": ("actor",), "td3_critic": ("critic",)}
 
 
@@ -89,7 +87,7 @@ class LossContext:
     """What a regularizer may use for one minibatch.
 
     :param algo: the learner (PPO/TD3 subclass); ``algo.policy`` is the SB3 policy
-    :param phase: one of :data:`PHASES`
+    :param phase: a key of :data:`PHASE_ROLES`
     :param batch: the SB3 rollout or replay minibatch
     :param roles: the roles trained in this phase (:data:`PHASE_ROLES`), by name
     :param losses: the base loss terms (PPO: ``policy``, ``value``, ``entropy``, ``actor`` = policy

@@ -19,9 +19,9 @@ from torch import Tensor
 
 from rl_moe.algos.clipping import GRAD_CLIPS, GradClipper
 from rl_moe.algos.common import RegularizedMixin
-from rl_moe.algos.update import FAST_MODES, PPOUpdate, no_distribution_checks, unsupported_reason
+from rl_moe.algos.update import FAST_MODES, PPOUpdate, no_distribution_checks, update_unsupported_reason
 from rl_moe.algos.hooks import Regularizer
-from rl_moe.algos.rollout import DeviceRolloutBuffer, GraphedActing, unsupported_reason as rollout_unsupported
+from rl_moe.algos.rollout import DeviceRolloutBuffer, GraphedActing, acting_unsupported_reason
 from rl_moe.nn.static import static_shapes
 
 
@@ -85,7 +85,7 @@ class MoEPPO(RegularizedMixin, PPO):
             return "fast_update='off'"
         if self.fast_update == "auto" and self.device.type != "cuda":
             return f"device {self.device.type} (fast_update='auto' uses it on cuda only)"
-        return unsupported_reason(self)
+        return update_unsupported_reason(self)
 
     def _updater(self) -> PPOUpdate:
         """The learner's update, built once per policy and minibatch source
@@ -105,7 +105,7 @@ class MoEPPO(RegularizedMixin, PPO):
     def _acting_graph(self) -> GraphedActing | None:
         """The graphed policy call of the rollouts, where the update takes device minibatches
         and the spaces allow it (a graph is only captured on CUDA)."""
-        if self._fast_updater() is None or rollout_unsupported(self) is not None:
+        if self._fast_updater() is None or acting_unsupported_reason(self) is not None:
             self._acting = None
             return None
         if self._acting is None or self._acting.algo.policy is not self.policy:

@@ -40,7 +40,7 @@ class Acted(NamedTuple):
     log_probs: Tensor  # (n_envs,)
 
 
-def unsupported_reason(algo: PPOLearner) -> str | None:
+def acting_unsupported_reason(algo: PPOLearner) -> str | None:
     """Why the policy call of this learner's rollouts is not graphed (None when it can be)."""
     if not isinstance(algo.observation_space, spaces.Box):
         return f"observation space {type(algo.observation_space).__name__} (only Box)"

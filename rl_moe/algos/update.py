@@ -19,7 +19,7 @@ per epoch). The minibatches come from one of two sources:
   replayed for every minibatch.
 
 ``MoEPPO(..., fast_update="auto")`` takes the device source on CUDA when everything in the update
-supports it (:func:`unsupported_reason`) and SB3's otherwise; ``"on"`` also takes it on a CPU
+supports it (:func:`update_unsupported_reason`) and SB3's otherwise; ``"on"`` also takes it on a CPU
 (eagerly, without graphs), ``"off"`` never. A CUDA graph wraps the same minibatch step
 (:class:`~rl_moe.algos.graphs.GraphedStep` around :meth:`PPOUpdate.step_index`); it is not a second
 implementation.
@@ -72,7 +72,7 @@ def no_distribution_checks() -> Iterator[None]:
         torch.distributions.Distribution.set_default_validate_args(previous)
 
 
-def unsupported_reason(algo: PPOLearner) -> str | None:
+def update_unsupported_reason(algo: PPOLearner) -> str | None:
     """Why the sync-free update cannot run this learner (None when it can)."""
     if type(algo.rollout_buffer) not in (RolloutBuffer, DeviceRolloutBuffer):
         return f"rollout buffer {type(algo.rollout_buffer).__name__} (only RolloutBuffer, DeviceRolloutBuffer)"

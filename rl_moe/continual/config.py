@@ -16,12 +16,12 @@ from typing import Any
 from rl_moe.continual.intask import CheckpointSettings
 from rl_moe.continual.learners import LEARNERS, PPOConfig, TD3Config, get_learner
 from rl_moe.continual.methods import METHODS
-from rl_moe.continual.results import write_json_atomic
+from rl_moe.atomic import write_json_atomic
 from rl_moe.diagnostics.probe import ProbeConfig
 from rl_moe.errors import UsageError
 from rl_moe.nn import NetConfig
 from rl_moe.regularizers import REGISTRY
-from rl_moe.regularizers.targets import build_config
+from rl_moe.regularizers.options import build_config
 
 
 @dataclass(frozen=True)

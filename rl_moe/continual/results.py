@@ -1,4 +1,4 @@
-"""``results.json`` (schema 1, documented in docs/continual.md) and its atomic writer.
+"""``results.json`` (schema 1, documented in docs/continual.md); written atomically (:mod:`rl_moe.atomic`).
 
 Beyond the schema's fields, ``task_segments`` holds each task's ``[start, end]`` global steps
 (needed to cut ``eval_curves`` when a suite repeats a task, as CW20 does) and ``global_step``.
@@ -7,61 +7,15 @@ Beyond the schema's fields, ``task_segments`` holds each task's ``[start, end]``
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from rl_moe.atomic import write_json_atomic
 from rl_moe.continual.metrics import compute_cl_metrics, segment_aucs
 from rl_moe.rundir import RunDir
 
 SCHEMA = 1
-
-
-def _default_mode() -> int:
-    """The mode ``open()`` gives a new file (0666 less the umask); ``mkstemp`` would give 0600."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-def _replace_atomically(path: Path, write: Callable[[str], None]) -> None:
-    """``write(tmp)`` to a temp file in ``path``'s folder, flush it to disk, then ``os.replace`` it
-    over ``path``: a reader never sees a half-written file, and once this returns the file
-    survives a kill (or a power cut, up to the file system's guarantees)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, _default_mode())
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def write_json_atomic(path: str | Path, data: Any) -> None:
-    """Write JSON to a temp file in the same folder, then ``os.replace`` it over ``path``."""
-
-    def write(tmp: str) -> None:
-        with open(tmp, "w") as fh:
-            json.dump(data, fh, indent=2)
-            fh.write("\n")
-
-    _replace_atomically(Path(path), write)
-
-
-def write_atomic(path: str | Path, write: Callable[[str], None]) -> None:
-    """``write(tmp)`` (any writer taking a file name), then atomically move it to ``path``."""
-    _replace_atomically(Path(path), write)
 
 
 @dataclass
@@ -204,50 +158,6 @@ def _check_shape(res: Results) -> None:
         lists = [curve.get(k) for k in ("steps", "success", "return") if k != "return" or k in curve] if isinstance(curve, dict) else [None]
         if not all(isinstance(v, list) and len(v) == len(lists[0]) and all(isinstance(x, (int, float)) for x in v) for v in lists):
             raise ValueError(f"eval_curves[{task!r}] does not hold equal-length number lists steps, success (and return)")
-
-
-def checkpoint_ok(path: Path) -> bool:
-    """An SB3 ``.zip`` whose members are intact (CRC-checked) and hold the policy weights."""
-    if not zipfile.is_zipfile(path):
-        return False
-    try:
-        with zipfile.ZipFile(path) as zf:
-            return "data" in zf.namelist() and "policy.pth" in zf.namelist() and zf.testzip() is None
-    except (zipfile.BadZipFile, OSError, EOFError):
-        return False
-
-
-def save_regularizer_state(path: Path, state: dict[str, Any]) -> None:
-    """``torch.save`` to a temp file in the same folder, then ``os.replace`` it over ``path``."""
-
-    _replace_atomically(path, lambda tmp: torch.save(state, tmp))
-
-
-def load_torch_state(path: Path, what: str, key: str | None = None) -> dict[str, Any] | None:
-    """A dict saved with ``torch.save``, or None when the file does not exist.
-
-    :param what: the state's name in the error message (``training state``)
-    :param key: an entry every such state holds, checked to tell it from another dict
-    :raises ValueError: if the file is unreadable (truncated, or not such a state)
-    """
-
-    if not path.is_file():
-        return None
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises several types for a damaged pickle/zip
-        raise ValueError(f"unreadable {what} {str(path)!r} ({type(exc).__name__})") from None
-    if not isinstance(state, dict) or (key is not None and key not in state):
-        raise ValueError(f"unreadable {what} {str(path)!r} (not a saved {what})")
-    return state
-
-
-def load_regularizer_state(path: Path) -> dict[str, Any] | None:
-    """The saved regularizer state, or None when the file does not exist.
-
-    :raises ValueError: if the file is unreadable (truncated, or not a saved state dict)
-    """
-    return load_torch_state(path, "regularizer state")
 
 
 def reference_aucs(run_dir: str | Path, tasks: list[str]) -> list[float] | None:

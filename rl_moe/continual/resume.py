@@ -21,7 +21,8 @@ from rl_moe.continual.config import RunConfig, apply_overrides, regularizer_conf
 from rl_moe.continual.learners import get_learner
 from rl_moe.continual.methods import get_method
 from rl_moe.continual.resolve import PROTOCOLS, check_sections, first_tasks, suite_of
-from rl_moe.continual.results import Results, checkpoint_ok, load_regularizer_state
+from rl_moe.continual.results import Results
+from rl_moe.continual.state_files import checkpoint_ok, load_regularizer_state
 from rl_moe.continual.rng import load as load_training_state
 from rl_moe.envs import envpool_env
 from rl_moe.envs.envpool_env import INSTALL_HINT

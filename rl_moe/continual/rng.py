@@ -17,7 +17,16 @@ import numpy as np
 import torch
 from stable_baselines3.common.base_class import BaseAlgorithm
 
-from rl_moe.continual.results import load_torch_state
+from rl_moe.continual.state_files import load_torch_state
+
+#: Seed offsets that keep a run's training, evaluation and probe envs on disjoint streams.
+SEED_STREAMS: dict[str, int] = {"train": 0, "eval": 50_000, "probe": 99_000}
+
+
+def env_seed(run_seed: int, stream: str, task_index: int = 0) -> int:
+    """The seed of the first env of a run's ``stream`` (a key of :data:`SEED_STREAMS`) on task
+    ``task_index``; the envs of a vector env take it and the next ones. Runs 100,000 apart."""
+    return run_seed * 100_000 + SEED_STREAMS[stream] + task_index * 100
 
 def capture(model: BaseAlgorithm) -> dict[str, Any]:
     """The generators' states (python, numpy, torch CPU and CUDA, the action space's) and counters."""

@@ -27,6 +27,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv,
 
 from rl_moe.algos.common import RegularizedMixin
 from rl_moe.algos.guard import NonFiniteError, diagnose
+from rl_moe.atomic import write_atomic
 from rl_moe.continual import intask, rng
 from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.continual.config import RunConfig
@@ -36,24 +37,16 @@ from rl_moe.continual.learners import get_learner
 from rl_moe.continual.probe_states import default_probe_policy, load_or_collect, make_probe_callback, probe_factories
 from rl_moe.continual.progress import Pace, ProgressLine, draw_evaluation
 from rl_moe.continual.resolve import suite_of
+from rl_moe.continual.results import Results, reference_aucs
+from rl_moe.continual.state_files import load_regularizer_state, save_regularizer_state
 from rl_moe.envs.factories import EnvFactory, announce_fallbacks, make_vec_env, task_factories
 from rl_moe.envs.families import get_family
 from rl_moe.envs.stages import EpisodeStages
 from rl_moe.envs.threads import ThreadGovernor, current_plan
 from rl_moe.errors import DivergedError
-from rl_moe.continual.results import (
-    Results,
-    load_regularizer_state,
-    reference_aucs,
-    save_regularizer_state,
-    write_atomic,
-)
 from rl_moe.provenance import code_version, vec_env_backend
 from rl_moe.rundir import RunDir
 from rl_moe.tblog import dump_keys, logged_at, tensorboard_logger
-
-# Seed offsets keep training, evaluation and probe envs on disjoint streams.
-_TRAIN_SEED, _EVAL_SEED, _PROBE_SEED = 0, 50_000, 99_000
 
 
 def resolve_device(device: str) -> str:
@@ -116,8 +109,8 @@ class ContinualScheduler:
         # The steps a task really runs (PPO rounds the budget up to whole rollouts).
         return Results(cfg.suite_name, cfg.algo, cfg.method, cfg.protocol, cfg.seed, list(cfg.tasks), cfg.effective_steps_per_task, rules=cfg.rules())
 
-    def _seed(self, offset: int, task_index: int) -> int:
-        return self.cfg.seed * 100_000 + offset + task_index * 100
+    def _seed(self, stream: str, task_index: int) -> int:
+        return rng.env_seed(self.cfg.seed, stream, task_index)
 
     def eval_factories(self, j: int, heldout: bool | None = None, n_envs: int | None = None) -> list[EnvFactory]:
         """Fixed-seed eval envs of task ``j``: every checkpoint is scored on the same goals.
@@ -129,11 +122,11 @@ class ContinualScheduler:
         """
         if heldout is None:
             heldout = self.cfg.eval.positions == "heldout"
-        offset = _EVAL_SEED if heldout else _TRAIN_SEED
-        return task_factories(self.suite, self.tasks[j], n_envs or self.cfg.eval.n_envs, self._seed(offset, j))
+        stream = "eval" if heldout else "train"
+        return task_factories(self.suite, self.tasks[j], n_envs or self.cfg.eval.n_envs, self._seed(stream, j))
 
     def _make_env(self, i: int, previous: VecEnv | None) -> VecEnv:
-        factories = task_factories(self.suite, self.tasks[i], self.algo_cfg.n_envs, self._seed(_TRAIN_SEED, i))
+        factories = task_factories(self.suite, self.tasks[i], self.algo_cfg.n_envs, self._seed("train", i))
         env: VecEnv = make_vec_env(factories, self.cfg.vec_env)
         if self.algo_cfg.normalize_obs:
             env = VecNormalize(env, norm_obs=True, norm_reward=self.algo_cfg.normalize_reward, gamma=self.algo_cfg.gamma)
@@ -181,7 +174,7 @@ class ContinualScheduler:
         if cfg.probe.enabled:
             # Configs resolved before probe.policy existed hold "auto": resolve it the same way.
             policy = default_probe_policy(self.suite.family) if cfg.probe.policy == "auto" else cfg.probe.policy
-            probe_states = load_or_collect(self.files.probe_states, probe_factories(self.suite, self._seed(_PROBE_SEED, 0)), cfg.probe.n_states, cfg.seed, policy, cfg.probe.noise, cfg.probe.stride)
+            probe_states = load_or_collect(self.files.probe_states, probe_factories(self.suite, self._seed("probe", 0)), cfg.probe.n_states, cfg.seed, policy, cfg.probe.noise, cfg.probe.stride)
         if cfg.reference is not None:
             res.reference_aucs = reference_aucs(cfg.reference, list(cfg.tasks))
         # A resume hides what the interrupted run logged past the last finished task.
@@ -237,7 +230,7 @@ class ContinualScheduler:
         begin_task(self.model, self.cfg, i, self.results.global_step)
         # Identical from here on whether or not the run was interrupted at this boundary: the
         # env's first reset seed, the generators and SB3's counters are set, not inherited.
-        env.seed(self._seed(_TRAIN_SEED, i))
+        env.seed(self._seed("train", i))
         if self._boundary_state is not None and self.cfg.protocol == "crl":
             rng.restore(self.model, self._boundary_state)
         self._model_ready()

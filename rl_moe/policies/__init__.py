@@ -8,7 +8,7 @@ from torch import Tensor, nn
 from rl_moe.nn import MoEOutput
 from rl_moe.policies.networks import net_configs
 from rl_moe.policies.ppo import ActorCriticEval, MoEActorCritic, MoEActorCriticPolicy
-from rl_moe.policies.roles import ROLES, HasRoles, Role, policy_roles, sb3_roles
+from rl_moe.policies.roles import HasRoles, Role, policy_roles, sb3_roles
 from rl_moe.policies.td3 import ActorEval, MoETD3Actor, MoETD3Critic, MoETD3Policy
 
 
@@ -52,7 +52,6 @@ def q_values_with_outputs(
 
 
 __all__ = [
-    "ROLES",
     "ActorCriticEval",
     "ActorEval",
     "HasRoles",

@@ -16,10 +16,6 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.td3.policies import TD3Policy
 from torch import nn
 
-#: Role names, in the order policies list them.
-ROLES: tuple[str, ...] = ("actor", "critic")
-
-
 @dataclass(frozen=True, eq=False)
 class Role:
     """One trained side of a policy.

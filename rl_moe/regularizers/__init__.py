@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from rl_moe.algos.hooks import (
-    PHASES,
     GradScale,
     LossContext,
     Penalty,
@@ -65,7 +64,6 @@ def make_regularizer(name: str, **kwargs: Any) -> Regularizer:
 
 
 __all__ = [
-    "PHASES",
     "REGISTRY",
     "CBPConfig",
     "CChain",

@@ -32,7 +32,8 @@ from rl_moe.algos.hooks import GradScale, LossContext, Penalty, Regularizer
 from rl_moe.maths import effective_rank
 from rl_moe.nn import MoEOutput
 from rl_moe.regularizers.gram import FeatureBlock, GramStats, gram_stats, per_expert_stats
-from rl_moe.regularizers.targets import TARGETS, build_config, check_choice, check_target
+from rl_moe.regularizers.options import build_config, check_choice
+from rl_moe.regularizers.targets import TARGETS, check_target
 
 COEF_MODES: tuple[str, ...] = ("adaptive", "fixed", "loss_ratio")
 LAYERS: tuple[str, ...] = ("last", "all", "joint")
