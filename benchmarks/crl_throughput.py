@@ -49,7 +49,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.envs.families import METAWORLD_FAST_VAR
-from rl_moe.envs.factories import make_vec_env, set_pool_threads, task_factories
+from rl_moe.envs.factories import make_vec_env, task_factories
 from rl_moe.continual.probe_states import collect_probe_states, make_probe_callback, probe_factories
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 from rl_moe.envs.threads import split_threads
@@ -95,16 +95,15 @@ def main() -> None:
     pcfg = cfgs["sphere"].probe
     probe = collect_probe_states(probe_factories(suite, 99), pcfg.n_states, stride=pcfg.stride, policy=pcfg.policy, noise=pcfg.noise)
 
-    def env(vec_env: str = "dummy", path: str = "plain"):
+    def env(vec_env: str = "dummy", path: str = "plain", pool: int = 1):
         os.environ[METAWORLD_FAST_VAR] = "1" if path == "fast" else "0"  # read where the envs are built
-        return make_vec_env(task_factories(suite, task, args.n_envs, 0), vec_env)
+        return make_vec_env(task_factories(suite, task, args.n_envs, 0), vec_env, pool)
 
     def ours(method: str, with_probe: bool, vec_env: str = "dummy", threads: int = 1, path: str = "fast") -> Callable[[], tuple[BaseAlgorithm, BaseCallback | None]]:
         def make() -> tuple[BaseAlgorithm, BaseCallback | None]:
             torch_threads, pool = split_threads(threads, vec_env, args.n_envs, cores)
             torch.set_num_threads(torch_threads)
-            set_pool_threads(pool)
-            model = build_model(cfgs[method], env(vec_env, path), args.device)
+            model = build_model(cfgs[method], env(vec_env, path, pool), args.device)
             begin_task(model, cfgs[method], 0, 0)
             # Default: the worst case, a probe after every update (the CLI probes every 100k steps
             # on CW10, 0.39% of training by entk_speed.py).

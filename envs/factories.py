@@ -29,19 +29,6 @@ from rl_moe.errors import UsageError
 #: else by core count.
 VEC_ENV_TYPES: tuple[str, ...] = ("auto", "dummy", "subproc", "envpool")
 
-#: Worker threads of a native pool (``--vec-env envpool``); set once per process by the CLI, like
-#: torch's thread count, from ``--threads`` (see :func:`rl_moe.envs.threads.split_threads`).
-_POOL_THREADS = [1]
-
-
-def set_pool_threads(n: int) -> None:
-    """Worker threads for the native pools this process builds from now on."""
-    _POOL_THREADS[0] = max(1, int(n))
-
-
-def pool_threads() -> int:
-    """Worker threads of the native pools this process builds."""
-    return _POOL_THREADS[0]
 
 
 @dataclass(frozen=True)
@@ -161,9 +148,10 @@ class InProcessVecEnv(DummyVecEnv):
         return self._obs_from_buf(), np.copy(self.buf_rews), np.copy(self.buf_dones), [dict(info) for info in self.buf_infos]
 
 
-def make_vec_env(factories: list[EnvFactory], vec_type: str) -> VecEnv:
+def make_vec_env(factories: list[EnvFactory], vec_type: str, pool_threads: int = 1) -> VecEnv:
     """The vectorized env of ``factories`` (``vec_type`` already resolved): a DummyVecEnv, a
-    SubprocVecEnv, or the family's native pool with the factories' task, seeds and episode length.
+    SubprocVecEnv, or the family's native pool with the factories' task, seeds and episode length
+    on ``pool_threads`` worker threads (the run's :class:`~rl_moe.envs.threads.ThreadPlan`).
 
     A task the native pool does not serve faithfully runs on in-process envs (said once per task).
     """
@@ -172,7 +160,7 @@ def make_vec_env(factories: list[EnvFactory], vec_type: str) -> VecEnv:
         pool = FAMILIES[first.family].pool
         if pool is None:
             raise UsageError(f"--vec-env envpool has no {first.family!r} envs")
-        env = pool(first.task, [f.seed for f in factories], first.episode_length, pool_threads())
+        env = pool(first.task, [f.seed for f in factories], first.episode_length, max(1, pool_threads))
         if not isinstance(env, str):
             return env
         _note_fallback(first.task.name, env)

@@ -98,11 +98,14 @@ class ThreadPlan:
     :param auto: ``--threads auto``: choose per task and per update (module docstring)
     :param fixed: torch threads when not ``auto`` (``--threads N`` or the user's ``OMP_NUM_THREADS``)
     :param cores: CPUs this process may run on
+    :param pool_threads: worker threads of a native pool (``--vec-env envpool``), from
+        ``--threads`` (:func:`split_threads`)
     """
 
     auto: bool
     fixed: int = 1
     cores: int = 1
+    pool_threads: int = 1
 
     def for_task(self, native: bool, others: float | None = None) -> int:
         """Torch threads for a task stepping on a native pool (``native``) or the official envs."""
@@ -151,18 +154,8 @@ class LoadWatch:
         return max(0.0, busy_cores() - own)
 
 
-#: The running process's plan (set by the CLI; tests and library use keep one fixed thread count).
-_PLAN = [ThreadPlan(False, 0)]
-
-
-def set_thread_plan(plan: ThreadPlan) -> None:
-    _PLAN[0] = plan
-
-
-def current_plan() -> ThreadPlan:
-    """The plan :func:`set_thread_plan` set; by default one that leaves torch's threads alone
-    (``fixed`` 0)."""
-    return _PLAN[0]
+#: The plan of a run that leaves torch's threads alone (``fixed`` 0): library use and tests.
+KEEP_THREADS = ThreadPlan(False, 0)
 
 
 #: One per process: its own share is measured from one check to the next, across tasks.

@@ -55,9 +55,8 @@ from rl_moe.continual.methods import METHODS  # noqa: E402
 from rl_moe.continual.resolve import DEVICES, RunRequest, check_reference, resolve, rules_tag, suite_rules  # noqa: E402
 from rl_moe.continual.resume import check_flags_match, check_resumable, extend_tasks, load_run, with_overrides  # noqa: E402
 from rl_moe.continual.scheduler import ContinualScheduler  # noqa: E402
-from rl_moe.envs.factories import set_pool_threads  # noqa: E402
 from rl_moe.envs.suites import SUITE_ALIASES, builtin_suites, current_suite_name, load_suite  # noqa: E402
-from rl_moe.envs.threads import parse_threads, set_thread_plan, split_threads, thread_plan  # noqa: E402
+from rl_moe.envs.threads import ThreadPlan, parse_threads, split_threads, thread_plan  # noqa: E402
 from rl_moe.errors import DivergedError, UsageError  # noqa: E402
 from rl_moe.errors import check_choice  # noqa: E402
 from rl_moe.report.loading import describe_rules  # noqa: E402
@@ -237,9 +236,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if note is not None:
         sys.stderr.write(note + "\n")
-    set_thread_plan(plan)
+    plan = dataclasses.replace(plan, pool_threads=threads[1])
     torch.set_num_threads(plan.for_task(native=cfg.vec_env == "envpool"))
-    set_pool_threads(threads[1])
 
     try:  # checked writable above; a folder that vanishes or a full disk can still refuse it
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -252,12 +250,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE
     try:
-        return _train(args, cfg, run_dir, int(done.get("finished_tasks", 0)))
+        return _train(args, cfg, run_dir, int(done.get("finished_tasks", 0)), plan)
     finally:
         lock.release()
 
 
-def _train(args: argparse.Namespace, cfg: RunConfig, run_dir: Path, finished: int) -> int:
+def _train(args: argparse.Namespace, cfg: RunConfig, run_dir: Path, finished: int, threads: ThreadPlan) -> int:
     """Write the config and train (``finished`` tasks are done); the caller holds the folder's lock."""
 
     resume_cmd = f"python -m rl_moe.crl --resume {run_dir.resolve()}"
@@ -286,7 +284,7 @@ def _train(args: argparse.Namespace, cfg: RunConfig, run_dir: Path, finished: in
             on_ready()
 
     try:
-        results = ContinualScheduler(cfg, run_dir, progress=not args.no_progress, on_model_ready=ready).run()
+        results = ContinualScheduler(cfg, run_dir, progress=not args.no_progress, on_model_ready=ready, threads=threads).run()
     except KeyboardInterrupt:
         sys.stderr.write(f"\ninterrupted; finished tasks and the unfinished one's last rollout boundary are saved. Resume with: {resume_cmd}\n")
         return EXIT_INTERRUPTED

@@ -56,10 +56,7 @@ def stop_before_task():
 
 @pytest.fixture(autouse=True)
 def _one_thread_per_test():
-    """``rl_moe.crl.main`` sets process-wide thread counts (``--threads auto`` gives torch 2 with
-    EnvPool); put them back so that no test runs with what an earlier one chose."""
+    """``rl_moe.crl.main`` sets torch's process-wide thread count (``--threads auto`` gives torch 2
+    with EnvPool); put it back so that no test runs with what an earlier one chose."""
     yield
-    from rl_moe.envs.factories import set_pool_threads
-
     torch.set_num_threads(1)
-    set_pool_threads(1)

@@ -83,9 +83,10 @@ class EvalEnvs:
     :param vec_type: the run's backend; ``dummy`` and ``subproc`` evaluate in-process
     """
 
-    def __init__(self, factories: list[EnvFactory], vec_type: str = "dummy") -> None:
+    def __init__(self, factories: list[EnvFactory], vec_type: str = "dummy", pool_threads: int = 1) -> None:
         self.factories = list(factories)
         self.vec_type = "envpool" if vec_type == "envpool" else "dummy"
+        self.pool_threads = pool_threads
         self._venv: VecEnv | None = None
 
     def get(self, k: int) -> VecEnv:
@@ -95,7 +96,7 @@ class EvalEnvs:
                 factory.reseed(env)
             return self._venv
         self.close()
-        self._venv = make_vec_env(self.factories[:k], self.vec_type)
+        self._venv = make_vec_env(self.factories[:k], self.vec_type, self.pool_threads)
         return self._venv
 
     def close(self) -> None:

@@ -42,7 +42,7 @@ from rl_moe.continual.state_files import load_regularizer_state, save_regularize
 from rl_moe.envs.factories import EnvFactory, announce_fallbacks, make_vec_env, task_factories
 from rl_moe.envs.families import get_family
 from rl_moe.envs.stages import EpisodeStages
-from rl_moe.envs.threads import ThreadGovernor, current_plan
+from rl_moe.envs.threads import KEEP_THREADS, ThreadGovernor, ThreadPlan
 from rl_moe.errors import DivergedError
 from rl_moe.provenance import code_version, vec_env_backend
 from rl_moe.rundir import RunDir
@@ -63,6 +63,8 @@ class ContinualScheduler:
     :param run_dir: the run folder (exists; may hold a partial run to resume)
     :param progress: draw the progress line on stderr
     :param callbacks: extra SB3 callbacks attached to every task's ``learn`` (tests, tools)
+    :param threads: the run's thread plan (``--threads``): torch's threads per task and the native
+        pool's workers; the default leaves torch's threads alone
     """
 
     def __init__(
@@ -72,8 +74,10 @@ class ContinualScheduler:
         progress: bool = True,
         callbacks: list[BaseCallback] | None = None,
         on_model_ready: Callable[[], None] | None = None,
+        threads: ThreadPlan = KEEP_THREADS,
     ) -> None:
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
+        self.threads = threads  # torch's per task and the native pool's workers (the CLI's --threads)
         #: Called once, when the first learner of this session is built and loaded (the CLI
         #: rewrites a resumed run's config.json only then, so a setting that breaks loading
         #: leaves the stored one intact).
@@ -127,7 +131,7 @@ class ContinualScheduler:
 
     def _make_env(self, i: int, previous: VecEnv | None) -> VecEnv:
         factories = task_factories(self.suite, self.tasks[i], self.algo_cfg.n_envs, self._seed("train", i))
-        env: VecEnv = make_vec_env(factories, self.cfg.vec_env)
+        env: VecEnv = make_vec_env(factories, self.cfg.vec_env, self.threads.pool_threads)
         if self.algo_cfg.normalize_obs:
             env = VecNormalize(env, norm_obs=True, norm_reward=self.algo_cfg.normalize_reward, gamma=self.algo_cfg.gamma)
             # CRL: input statistics belong to the agent and carry over; RL starts afresh.
@@ -159,7 +163,7 @@ class ContinualScheduler:
         for k in [k for k in self._eval_envs if k[0] != j]:
             self._eval_envs.pop(k).close()
         if key not in self._eval_envs:
-            self._eval_envs[key] = EvalEnvs(self.eval_factories(j, heldout), self.cfg.vec_env)
+            self._eval_envs[key] = EvalEnvs(self.eval_factories(j, heldout), self.cfg.vec_env, self.threads.pool_threads)
         return evaluate(self.model, self._eval_envs[key], n_episodes, self._obs_rms())
 
     # ---- main loop ---------------------------------------------------------------------------
@@ -291,7 +295,7 @@ class ContinualScheduler:
         periodic = PeriodicEval(lambda: self._evaluate(i, cfg.eval.n_episodes), every, start + cfg.steps_per_task, curve, log_start=i != self._resumed_at)
         callbacks: list[BaseCallback] = [periodic]
         base = env.venv if isinstance(env, VecNormalize) else env
-        callbacks.append(ThreadGovernor(current_plan(), native=not isinstance(base, (DummyVecEnv, SubprocVecEnv))))
+        callbacks.append(ThreadGovernor(self.threads, native=not isinstance(base, (DummyVecEnv, SubprocVecEnv))))
         stage_keys = get_family(self.suite.family).stage_keys
         if stage_keys:
             callbacks.append(EpisodeStages(stage_keys))
