@@ -11,6 +11,7 @@ import pytest
 
 from rl_moe.continual.evaluation import EvalPoint, EvalResult, append_point
 from rl_moe.continual.resolve import RunRequest, check_suite_settings, resolve
+from rl_moe.continual.rng import env_seed
 from rl_moe.continual.scheduler import ContinualScheduler
 from rl_moe.crl import main
 from rl_moe.envs.factories import task_factories
@@ -113,7 +114,7 @@ def test_eval_point_values_and_padding() -> None:
 def test_eval_views_use_training_or_own_seeds(positions: str) -> None:
     cfg = resolve(RunRequest(suite="cw10", method="topk", tasks=2, overrides=(f"eval.positions={positions}",)))
     sched = ContinualScheduler(cfg, Path("/nonexistent-run"), progress=False)
-    train = [f.seed for f in task_factories(sched.suite, sched.tasks[1], cfg.eval.n_envs, sched._seed(0, 1))]
+    train = [f.seed for f in task_factories(sched.suite, sched.tasks[1], cfg.eval.n_envs, env_seed(cfg.seed, "train", 1))]
     main_view = [f.seed for f in sched.eval_factories(1)]
     heldout = [f.seed for f in sched.eval_factories(1, heldout=True)]
     assert (main_view == train) == (positions != "heldout")
