@@ -33,7 +33,7 @@ from rl_moe.rundir import RunDir
 #: The preset of a learner when the suite names none.
 DEFAULT_PRESET = "metaworld"
 PROTOCOLS: tuple[str, ...] = ("crl", "rl")
-#: Env seeds are seed * 100_000 + offsets below 100_000 (scheduler._seed); numpy takes < 2**32.
+#: Env seeds are seed * 100_000 + offsets below 100_000 (rng.env_seed); numpy takes < 2**32.
 MAX_SEED = (2**32 - 1) // 100_000 - 1
 #: 10x HumanoidBench's 10M steps: anything larger is a typo, not a run (a 1e12-step task ran for an ETA of 97 years).
 MAX_STEPS_PER_TASK = 100_000_000
