@@ -16,6 +16,7 @@ import pickle
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,16 @@ from rl_moe.errors import DivergedError
 from rl_moe.provenance import code_version, vec_env_backend
 from rl_moe.rundir import RunDir
 from rl_moe.tblog import dump_keys, logged_at, tensorboard_logger
+
+
+@dataclass
+class TaskCallbacks:
+    """What one task's ``learn`` runs with: its callbacks, and the parts the task reads after."""
+
+    callbacks: list[BaseCallback]
+    curve: dict[str, list]  # the periodic evaluation's points, filled in place
+    line: ProgressLine | None
+    checkpoint: InTaskCheckpoint | None
 
 
 def resolve_device(device: str) -> str:
@@ -290,6 +301,30 @@ class ContinualScheduler:
         start = res.global_step
         from_step = start if in_task is None else int(in_task["step"])
         res.provenance.append({"task": i, "name": task.name, "from_step": from_step, "backend": vec_env_backend(env, self.suite.family), **code_version()})
+        hooks = self._task_callbacks(i, start, in_task, probe_states, env)
+        done = 0 if in_task is None else int(in_task["step"]) - start
+        self._learn(i, cfg.steps_per_task - done, hooks)
+        end = int(self.model.num_timesteps)
+        if hooks.line is not None:  # the next task's ETA starts from this task's phases
+            self._pace.phases = hooks.line.phases
+        if isinstance(self.model, RegularizedMixin):  # the task's last update, at its step (before the checkpoint)
+            self.model.flush_update_logs()
+        trained = time.perf_counter()
+        self._task_seconds = trained - t0 + (0.0 if in_task is None else float(in_task["seconds"]))
+        # The task is finished once its checkpoint is on disk: an interruption from here on
+        # costs only the evaluation below, which a resume runs again.
+        self._save_checkpoint(i)
+        self._store_trained(i, start, end, hooks.curve)
+        self.files.in_task.unlink(missing_ok=True)  # the task's own checkpoint supersedes it
+        self._evaluate_and_store(i)
+        self._pace.tail_seconds = time.perf_counter() - trained
+
+    def _task_callbacks(
+        self, i: int, start: int, in_task: dict[str, Any] | None, probe_states: torch.Tensor | None, env: VecEnv
+    ) -> TaskCallbacks:
+        """The callbacks of task ``i``'s ``learn`` (periodic evaluation, threads, episode stages,
+        probe, progress line, the caller's, in-task checkpoint), resumed from ``in_task`` if any."""
+        cfg = self.cfg
         curve: dict[str, list] = {"steps": [], "success": [], "return": []}
         every = max(1, cfg.steps_per_task // cfg.eval.evals_per_task)
         periodic = PeriodicEval(lambda: self._evaluate(i, cfg.eval.n_episodes), every, start + cfg.steps_per_task, curve, log_start=i != self._resumed_at)
@@ -304,6 +339,7 @@ class ContinualScheduler:
             probe = make_probe_callback(self._probe_input(probe_states), cfg.probe.every or every, cfg.seed, cfg.probe)
             callbacks.append(probe)
         resumed_at = None if in_task is None else int(in_task["step"])
+        line = None
         if self.progress:
             later = (len(self.tasks) - i - 1) * cfg.effective_steps_per_task
             line = ProgressLine(
@@ -325,39 +361,31 @@ class ContinualScheduler:
             )  # fmt: skip
             callbacks.append(checkpoint)  # last: the boundary's evaluation is inside its capture
         if in_task is not None:
+            assert self.model is not None
             curve.update(copy.deepcopy(in_task["curve"]))
             periodic.resume(in_task["callbacks"]["eval"])
             if probe is not None and in_task["callbacks"]["probe"] is not None:
                 probe.resume(in_task["callbacks"]["probe"])
             if not intask.restore(self.model, env, in_task):
                 print(f"note: the {cfg.vec_env} envs cannot save their state: task {i + 1} continues with fresh episodes (statistically the same run, not bit for bit)", file=sys.stderr)
-        done = 0 if resumed_at is None else resumed_at - start
+        return TaskCallbacks(callbacks, curve, line, checkpoint)
+
+    def _learn(self, i: int, steps: int, hooks: TaskCallbacks) -> None:
+        """``learn`` task ``i`` for ``steps``: an interruption keeps the last rollout boundary, a
+        NaN/inf becomes one :class:`DivergedError` naming the term."""
+        assert self.model is not None
         try:
-            self.model.learn(total_timesteps=cfg.steps_per_task - done, reset_num_timesteps=False, callback=callbacks, log_interval=1)
+            self.model.learn(total_timesteps=steps, reset_num_timesteps=False, callback=hooks.callbacks, log_interval=1)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep the last rollout boundary
-            if checkpoint is not None:
-                checkpoint.flush()
+            if hooks.checkpoint is not None:
+                hooks.checkpoint.flush()
             raise
         except (NonFiniteError, ValueError, RuntimeError) as exc:
             bad = diagnose(exc, self.model.policy.parameters())
             if bad is None:
                 raise
             step = int(self.model.num_timesteps)
-            raise DivergedError(f"{bad} at step {step} in task {i + 1} ({task.name})") from exc
-        end = int(self.model.num_timesteps)
-        if self.progress:  # the next task's ETA starts from this task's phases
-            self._pace.phases = line.phases
-        if isinstance(self.model, RegularizedMixin):  # the task's last update, at its step (before the checkpoint)
-            self.model.flush_update_logs()
-        trained = time.perf_counter()
-        self._task_seconds = trained - t0 + (0.0 if in_task is None else float(in_task["seconds"]))
-        # The task is finished once its checkpoint is on disk: an interruption from here on
-        # costs only the evaluation below, which a resume runs again.
-        self._save_checkpoint(i)
-        self._store_trained(i, start, end, curve)
-        self.files.in_task.unlink(missing_ok=True)  # the task's own checkpoint supersedes it
-        self._evaluate_and_store(i)
-        self._pace.tail_seconds = time.perf_counter() - trained
+            raise DivergedError(f"{bad} at step {step} in task {i + 1} ({self.tasks[i].name})") from exc
 
     def _record_in_task(self, task_start: int, step: int) -> None:
         """results.json says how far the unfinished task got (its last in-task checkpoint)."""
