@@ -5,10 +5,11 @@ summaries.
 
     python results/tools/screen_summary.py results/sphere-screen [--json results/sphere-screen/summary.json]
 
-*Collapsed* (docs/results.md, "Definitions"): SPHERE's λ > 1e4 or its penalty < 1e-8, per update;
-runs from 2026-11-26 log it as ``train/sphere_collapsed`` and this reads it from the logged λ and
-penalty by the same rule, so the two agree. A variant passes test 2 on a run when the success is
-≥ 0.9 and fewer than half of the updates are collapsed.
+*Collapsed* (docs/results.md, "Definitions"): SPHERE's λ > 1e4 or its penalty < 1e-8, per update
+(:func:`rl_moe.regularizers.sphere.is_collapsed`); runs from 2026-11-26 also log it as
+``train/sphere_collapsed``, kept in the JSON beside the share recomputed from the logged λ and
+penalty. A variant passes test 2 on a run when the success is ≥ 0.9 and fewer than half of the
+updates are collapsed.
 """
 
 from __future__ import annotations
@@ -17,29 +18,24 @@ import argparse
 import json
 from pathlib import Path
 
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from rl_moe.regularizers.sphere import COLLAPSE_COEF, is_collapsed
+from rl_moe.report.scalars import load_scalars
 
-LAMBDA_MAX, LOSS_MIN = 1e4, 1e-8
 PASS_SUCCESS, PASS_COLLAPSED = 0.9, 0.5
 
 
-def _scalars(tb: Path) -> dict[str, dict[int, float]]:
-    out: dict[str, dict[int, float]] = {}
-    for events in sorted(tb.glob("events.*")):  # a resumed run writes a second file
-        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
-        acc.Reload()
-        for tag in acc.Tags()["scalars"]:
-            out.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
-    return out
+def _scalars(run: Path) -> dict[str, dict[float, float]]:
+    """step -> value per tag, over all of the run's event files (the report's reader)."""
+    return {tag: dict(zip(c.steps.tolist(), c.values.tolist())) for tag, c in load_scalars(run, ("train/", "plasticity/")).items()}
 
 
 def summarize(run: Path) -> dict[str, object]:
     res = json.loads((run / "results.json").read_text())
     cfg = json.loads((run / "config.json").read_text())
-    s = _scalars(run / "tb")
+    s = _scalars(run)
     lam, loss = s.get("train/coef_sphere", {}), s.get("train/loss_sphere", {})
     steps = sorted(set(lam) & set(loss))
-    collapsed = [lam[t] > LAMBDA_MAX or loss[t] < LOSS_MIN for t in steps]
+    collapsed = [is_collapsed(lam[t], loss[t]) for t in steps]
     rank = s.get("plasticity/entk_rank", {})
     online = s.get("plasticity/feature_norm_online", {})
     share = sum(collapsed) / len(collapsed) if collapsed else None
@@ -56,7 +52,7 @@ def summarize(run: Path) -> dict[str, object]:
         "updates": len(steps),
         "collapsed_share": share,
         "logged_collapsed_share": (lambda v: sum(v) / len(v) if v else None)(list(s.get("train/sphere_collapsed", {}).values())),
-        "lambda_gt_1e4_share": sum(lam[t] > LAMBDA_MAX for t in steps) / len(steps) if steps else None,
+        "lambda_gt_1e4_share": sum(lam[t] > COLLAPSE_COEF for t in steps) / len(steps) if steps else None,
         "loss_zero_share": sum(loss[t] == 0 for t in steps) / len(steps) if steps else None,
         "entk_rank_end": rank[max(rank)] if rank else None,
         "feature_norm_online_zero": f"{sum(v == 0 for v in online.values())} of {len(online)}",
