@@ -179,8 +179,8 @@ class ProgressLine(BaseCallback):
         return per_step, per_update, size
 
     def estimate(self) -> tuple[float, bool]:
-        """Seconds left in the run, and whether that is the whole estimate (False: the updates are
-        not timed yet, and it is a lower bound). NaN before any step has been timed."""
+        """Seconds left in the run, and whether that is the whole estimate (False: the updates or
+        the task's end are not timed yet, and it is a lower bound). NaN before any step is timed."""
         done = min(self.num_timesteps - self.task_start, self.task_steps)
         per_step, per_update, size = self._rates()
         if per_step is None:
@@ -196,10 +196,6 @@ class ProgressLine(BaseCallback):
         elif self._rollout_start is not None and left == 0:
             updates += 1  # the rollout that ends the task is still followed by its update
         return seconds + updates * per_update, True
-
-    def eta_seconds(self) -> float:
-        """Seconds left in the run (NaN before any step has been timed)."""
-        return self.estimate()[0]
 
     @property
     def steps_per_second(self) -> float | None:
