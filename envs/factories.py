@@ -30,7 +30,6 @@ from rl_moe.errors import UsageError
 VEC_ENV_TYPES: tuple[str, ...] = ("auto", "dummy", "subproc", "envpool")
 
 
-
 @dataclass(frozen=True)
 class EnvFactory:
     """Builds one wrapped env of a suite task.

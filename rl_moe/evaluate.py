@@ -25,12 +25,12 @@ import torch
 from stable_baselines3.common.vec_env import DummyVecEnv
 from torch import nn
 
+from rl_moe.atomic import write_json_atomic
 from rl_moe.cli import EXIT_USAGE, UsageParser
 from rl_moe.continual.agents import build_model
 from rl_moe.continual.config import RunConfig
 from rl_moe.continual.evaluation import evaluate
 from rl_moe.continual.methods import get_method
-from rl_moe.atomic import write_json_atomic
 from rl_moe.continual.scheduler import ContinualScheduler
 from rl_moe.errors import UsageError
 from rl_moe.nn import EVRerouted

@@ -23,9 +23,9 @@ from typing import Any
 import torch
 from stable_baselines3.common.vec_env import DummyVecEnv
 
+from rl_moe.atomic import write_json_atomic
 from rl_moe.cli import EXIT_USAGE, UsageParser
 from rl_moe.continual.evaluation import EvalResult, evaluate
-from rl_moe.atomic import write_json_atomic
 from rl_moe.continual.scheduler import ContinualScheduler
 from rl_moe.errors import UsageError
 from rl_moe.evaluate import load_task_model, read_run

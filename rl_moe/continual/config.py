@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rl_moe.atomic import write_json_atomic
 from rl_moe.continual.intask import CheckpointSettings
 from rl_moe.continual.learners import LEARNERS, PPOConfig, TD3Config, get_learner
 from rl_moe.continual.methods import METHODS
-from rl_moe.atomic import write_json_atomic
 from rl_moe.diagnostics.probe import ProbeConfig
 from rl_moe.errors import UsageError
 from rl_moe.nn import NetConfig

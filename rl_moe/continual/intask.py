@@ -31,8 +31,8 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.vec_env import VecEnv
 
 from rl_moe.algos.common import RegularizedMixin
-from rl_moe.continual import rng
 from rl_moe.atomic import write_atomic
+from rl_moe.continual import rng
 from rl_moe.envs.envstate import capturable, restore_vec, snapshot_vec
 
 #: File format version of ``in_task.pkl``.
