@@ -14,7 +14,6 @@ load a shared machine adds); other jobs already running count too, so say what r
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import os
 import re
 import subprocess
@@ -23,13 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(__file__))
+from threads_under_load import busy  # noqa: E402
+
 QUICK_START = ["--suite", "cw10", "--tasks", "2", "--steps-per-task", "32768"]
 ETA = re.compile(rb"run ETA (>=)?(\d+):(\d\d):(\d\d)")
-
-
-def _spin() -> None:  # a busy core
-    while True:
-        pass
 
 
 def frames(cmd: list[str], env: dict[str, str]) -> tuple[list[tuple[float, bytes]], float, int]:
@@ -53,21 +50,15 @@ def main() -> int:
     p.add_argument("--busy", type=int, default=0, help="busy processes to start beside the run")
     p.add_argument("crl_args", nargs="*", help="arguments of python -m rl_moe.crl (default: the README's quick start)")
     args = p.parse_args()
-    spinners = [mp.Process(target=_spin, daemon=True) for _ in range(args.busy)]
-    for s in spinners:
-        s.start()
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            cmd = [sys.executable, "-m", "rl_moe.crl", *(args.crl_args or QUICK_START), "--run-dir", str(Path(tmp) / "run")]
-            got, total, rc = frames(cmd, {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
-    finally:
-        for s in spinners:
-            s.terminate()
+    load_before = os.getloadavg()[0]
+    with busy(args.busy), tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "rl_moe.crl", *(args.crl_args or QUICK_START), "--run-dir", str(Path(tmp) / "run")]
+        got, total, rc = frames(cmd, {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
     if rc != 0:
         print(f"the run exited {rc}", file=sys.stderr)
         return 1
     etas = [(t, bool(m.group(1)), int(m.group(2)) * 3600 + int(m.group(3)) * 60 + int(m.group(4))) for t, f in got if (m := ETA.search(f))]
-    print(f"command: python -m rl_moe.crl {' '.join(args.crl_args or QUICK_START)}; busy processes started: {args.busy}; load before: {os.getloadavg()[0]:.1f}")
+    print(f"command: python -m rl_moe.crl {' '.join(args.crl_args or QUICK_START)}; busy processes started: {args.busy}; load before: {load_before:.1f}")
     print(f"wall time {total:.0f} s ({total / 60:.1f} min); {len(etas)} ETA frames")
     print("| point of the run | ETA shown (s) | time left (s) | shown / left |")
     print("|---|---|---|---|")
