@@ -41,7 +41,8 @@ from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.logger import configure
 
-from rl_moe.algos.common import RegularizedMixin
+from rl_moe.algos.backward import regularized_backward
+from rl_moe.algos.common import DeviceTermLog, RegularizedMixin
 from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.envs.factories import make_vec_env, task_factories
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
@@ -103,7 +104,7 @@ def make_update(policy: MoEActorCriticPolicy, data: dict[str, torch.Tensor]) -> 
             learner = learners[variant]
             losses = {"actor": policy_loss, "value": value_loss}
             ctx = loss_context(learner, "ppo", None, {"actor": (out,)}, {"actor": policy_loss, "critic": value_loss}, losses)
-            learner._backward(ctx, policy_loss, 0.5 * value_loss, policy.parameters())
+            regularized_backward(learner.regularizers, ctx, policy_loss, 0.5 * value_loss, policy.parameters(), DeviceTermLog())
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
         policy.optimizer.step()
 

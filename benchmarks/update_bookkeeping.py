@@ -6,7 +6,7 @@ rules), and a copy of the weights at the start of each update for ``train/weight
 timed against the update it belongs to, on the update the CW10 CLI builds (Top-K actor, E=10, 3x256,
 K=2, dense critic, one epoch of 8 minibatches over a real hammer-v3 rollout), with thread CPU time:
 
-- ``clipping``: ``clip_gradients()`` per minibatch (norms + clipping) minus SB3's bare
+- ``clipping``: ``clip_gradients`` per minibatch (norms + clipping) minus SB3's bare
   ``clip_grad_norm_`` on the same gradients, times the minibatches, over ``train()``;
 - ``weight_change``: the copy and the two norms, over ``train()``; it runs once per update, so
   its share of the CLI's update (10 epochs of 64 minibatches) is also printed.
@@ -25,6 +25,7 @@ from collections.abc import Callable
 import torch
 from stable_baselines3.common.logger import configure
 
+from rl_moe.algos.clipping import clip_gradients, split_actor_critic
 from rl_moe.algos.update import weight_change
 from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
@@ -55,6 +56,7 @@ def main() -> None:
     start = copy.deepcopy(model.policy.state_dict()), copy.deepcopy(model.policy.optimizer.state_dict())
     n_minibatches = n_envs * n_steps // model.batch_size
     params = list(model.policy.parameters())
+    split = split_actor_critic(model.policy)
 
     def train() -> None:
         model.policy.load_state_dict(start[0])
@@ -66,7 +68,7 @@ def main() -> None:
             q.grad = torch.randn_like(q)
 
     def ours() -> None:
-        model.clip_gradients()
+        clip_gradients(model.policy, model.grad_clip, model.max_grad_norm, split)
 
     def bare() -> None:
         torch.nn.utils.clip_grad_norm_(params, model.max_grad_norm)

@@ -37,10 +37,10 @@ def _stop_before_task(argv: list[str], task: int) -> int:
 
     original = scheduler.ContinualScheduler._train_task
 
-    def stop(self: scheduler.ContinualScheduler, i: int, probe: object) -> None:
-        if i == task:
+    def stop(self: scheduler.ContinualScheduler, run: scheduler.TaskRun, probe: object) -> None:
+        if run.index == task:
             raise KeyboardInterrupt
-        original(self, i, probe)
+        original(self, run, probe)
 
     with pytest.MonkeyPatch.context() as m:
         m.setattr(scheduler.ContinualScheduler, "_train_task", stop)

@@ -6,6 +6,8 @@ import torch
 from stable_baselines3.common.logger import KVWriter, Logger
 
 from rl_moe.algos import MoEPPO, MoETD3
+from rl_moe.algos.backward import regularized_backward
+from rl_moe.algos.common import DeviceTermLog
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
 from rl_moe.regularizers import LossContext, Penalty, Regularizer
 
@@ -139,7 +141,8 @@ def test_learner_resolves_gradient_scaled_terms_exactly(n_terms: int):
     full = reference + rest + sum(lam.detach() * pen for lam, pen in zip(lams, pens))
     expected = torch.autograd.grad(full, params, retain_graph=True, allow_unused=True)
     policy.optimizer.zero_grad()
-    total = model._backward(LossContext(model, "ppo", None), reference, rest, params)
+    sink = DeviceTermLog()
+    total = regularized_backward(model.regularizers, LossContext(model, "ppo", None), reference, rest, params, sink)
     for p, g in zip(params, expected):
         if g is None:
             assert p.grad is None or torch.all(p.grad == 0)
@@ -147,7 +150,7 @@ def test_learner_resolves_gradient_scaled_terms_exactly(n_terms: int):
             torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-7)
     assert float(total) == pytest.approx(float(full), rel=1e-5)
     for k, lam in enumerate(lams):
-        assert model._penalty_log.values[f"train/coef_scaled{k}"] == [pytest.approx(float(lam), rel=1e-5)]
+        assert sink.means()[f"train/coef_scaled{k}"] == pytest.approx(float(lam), rel=1e-5)
 
 
 def test_gradient_scaled_term_without_gradient_logs_coefficient_zero():
@@ -168,15 +171,16 @@ def test_gradient_scaled_term_without_gradient_logs_coefficient_zero():
 
     model.regularizers = [Flat()]
     policy.optimizer.zero_grad()
-    model._backward(LossContext(model, "ppo", None), reference, reference.new_zeros(()), list(policy.parameters()))
-    assert model._penalty_log.values["train/coef_flat"] == [0.0]
+    sink = DeviceTermLog()
+    regularized_backward(model.regularizers, LossContext(model, "ppo", None), reference, reference.new_zeros(()), list(policy.parameters()), sink)
+    assert sink.means()["train/coef_flat"] == 0.0
 
 
 @pytest.mark.parametrize("guard", ["ceiling", "pcgrad"])
 def test_guarded_scaled_term_ceiling_and_pcgrad(guard: str) -> None:
     """A ceiling caps lambda; PCGrad removes the penalty's component that opposes the reference
     gradient (the SPHERE authors' sphere_use_pcgrad), leaving one that agrees untouched."""
-    from rl_moe.regularizers import GradScale
+    from rl_moe.regularizers import GradScale, scaled_coef
 
     model, _ = _ppo([])
     w = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
@@ -194,11 +198,14 @@ def test_guarded_scaled_term_ceiling_and_pcgrad(guard: str) -> None:
             return [Penalty(self.name, penalty, 0.0, GradScale(rho, reference, (w,), **extra))]
 
     model.regularizers = [Guarded()]
-    model._backward(LossContext(model, "ppo", None), reference, reference.new_zeros(()), [w])
+    sink = DeviceTermLog()
+    regularized_backward(model.regularizers, LossContext(model, "ppo", None), reference, reference.new_zeros(()), [w], sink)
     if guard == "ceiling":
         assert float(lam) > 0.1
         torch.testing.assert_close(w.grad, a + 0.1 * b)
-        assert model._penalty_log.values["train/coef_guarded"] == [pytest.approx(0.1)]
+        assert sink.means()["train/coef_guarded"] == pytest.approx(0.1)
+        # the coefficient reported on its own obeys the same ceiling (one rule: clamp_coef)
+        assert scaled_coef(Penalty("guarded", penalty, 0.0, GradScale(rho, reference, (w,), ceiling=0.1))) == pytest.approx(0.1)
     else:
         reg = lam * b
         expected = a + reg - (reg @ a) / (a @ a) * a  # the opposing part along a is removed

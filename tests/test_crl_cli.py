@@ -127,11 +127,11 @@ def test_interrupt_then_resume_trains_each_task_once(tmp_path: Path, monkeypatch
     trained: list[int] = []
     original = ContinualScheduler._train_task
 
-    def interrupting(self: ContinualScheduler, i: int, probe: object) -> None:
-        trained.append(i)
-        if i == 1 and len(trained) == 2:
+    def interrupting(self: ContinualScheduler, task: sched_mod.TaskRun, probe: object) -> None:
+        trained.append(task.index)
+        if task.index == 1 and len(trained) == 2:
             raise KeyboardInterrupt  # Ctrl-C during task 2
-        original(self, i, probe)
+        original(self, task, probe)
 
     monkeypatch.setattr(sched_mod.ContinualScheduler, "_train_task", interrupting)
     assert main(argv) == 130
@@ -161,10 +161,10 @@ def test_resume_continues_the_regularizers_state(tmp_path: Path, monkeypatch: py
     argv = ["--suite", "smoke", "--method", "cbp", "--tasks", "2", "--steps-per-task", "128", "--run-dir", str(run), *TINY]
     original = ContinualScheduler._train_task
 
-    def stop_at_task_2(self: ContinualScheduler, i: int, probe: object) -> None:
-        if i == 1:
+    def stop_at_task_2(self: ContinualScheduler, task: sched_mod.TaskRun, probe: object) -> None:
+        if task.index == 1:
             raise KeyboardInterrupt
-        original(self, i, probe)
+        original(self, task, probe)
 
     monkeypatch.setattr(sched_mod.ContinualScheduler, "_train_task", stop_at_task_2)
     assert main(argv) == 130

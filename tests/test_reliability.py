@@ -85,12 +85,12 @@ def test_interrupted_and_resumed_run_is_bit_identical(
     original_train, original_row = sched_mod.ContinualScheduler._train_task, sched_mod.ContinualScheduler._evaluate_row
     state = {"interrupted": False}
 
-    def train(self, i, probe):  # type: ignore[no-untyped-def]
-        trained.append(i)
-        if where == "before_task" and i == 1 and not state["interrupted"]:
+    def train(self, task, probe):  # type: ignore[no-untyped-def]
+        trained.append(task.index)
+        if where == "before_task" and task.index == 1 and not state["interrupted"]:
             state["interrupted"] = True
             raise KeyboardInterrupt
-        original_train(self, i, probe)
+        original_train(self, task, probe)
 
     def row(self, i):  # type: ignore[no-untyped-def]
         if where == "during_end_eval" and i == 0 and not state["interrupted"]:
@@ -329,10 +329,10 @@ def test_resume_refuses_conflicting_run_flags_and_prints_an_absolute_resume_path
     monkeypatch.chdir(tmp_path)
     original = sched_mod.ContinualScheduler._train_task
 
-    def stop(self, i, probe):  # type: ignore[no-untyped-def]
-        if i == 1:
+    def stop(self, task, probe):  # type: ignore[no-untyped-def]
+        if task.index == 1:
             raise KeyboardInterrupt
-        original(self, i, probe)
+        original(self, task, probe)
 
     monkeypatch.setattr(sched_mod.ContinualScheduler, "_train_task", stop)
     assert main([*TINY, "--run-dir", "rel/run"]) == 130

@@ -365,7 +365,7 @@ def test_scale_invariant_config() -> None:
 def test_one_adaptive_formula_with_the_learners_zero_gradient_guard() -> None:
     """scaled_coef reports the learner's formula (adaptive_coef): 0 for a penalty without a
     gradient, rho * ||g_ref|| / (||g_pen|| + eps) otherwise."""
-    from rl_moe.algos.hooks import GradScale, Penalty, adaptive_coef
+    from rl_moe.regularizers.hooks import GradScale, Penalty, adaptive_coef
 
     w = torch.nn.Parameter(torch.tensor([3.0, 4.0]))
     reference = (w**2).sum()  # gradient (6, 8): norm 10

@@ -12,17 +12,14 @@ and says why. After a change that is meant to change training, record them again
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from stable_baselines3.common.save_util import load_from_zip_file
 
-from tests.test_diagnostics_probe import read_scalars
+from rl_moe.fingerprint import fingerprint
 
 DATA = Path(__file__).parent / "data" / "training_fingerprints.json"
 RECORD = os.environ.get("RL_MOE_RECORD_FINGERPRINTS") == "1"
@@ -35,43 +32,6 @@ RUNS: dict[str, tuple[str, ...]] = {
     "cw10-topk-full": ("--suite", "cw10", "--method", "topk", "--tasks", "2", "--steps-per-task", "32768"),
     "cw10-sphere-full": ("--suite", "cw10", "--method", "sphere", "--tasks", "2", "--steps-per-task", "32768"),
 }
-_RESULT_KEYS = ("tasks", "steps_per_task", "success_matrix", "own_success", "final_success", "eval_curves", "cl_metrics", "task_segments")
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:16]
-
-
-def fingerprint(run: Path) -> dict[str, str]:
-    """Digests of a finished run: every checkpoint's weights (policy and optimizer), every
-    TensorBoard scalar but wall-clock timings, and results.json's numbers."""
-    weights = hashlib.sha256()
-    for ckpt in sorted((run / "checkpoints").glob("*.zip")):
-        _, params, _ = load_from_zip_file(str(ckpt), device="cpu")
-        for part in sorted(params):
-            state = params[part]
-            for key in sorted(state):  # optimizer states nest dicts and lists of tensors
-                weights.update(f"{ckpt.name}/{part}/{key}".encode())
-                weights.update(repr(_flat(state[key])).encode())
-    scalars = {tag: points for tag, points in read_scalars(run / "tb").items() if not tag.startswith("time/")}
-    results = json.loads((run / "results.json").read_text())
-    return {
-        "weights": weights.hexdigest()[:16],
-        "scalars": _digest(repr(sorted((t, [(s, np.float32(v).tobytes().hex()) for s, v in p]) for t, p in scalars.items())).encode()),
-        "scalar_tags": str(len(scalars)),
-        "results": _digest(json.dumps({k: results[k] for k in _RESULT_KEYS}, sort_keys=True).encode()),
-    }
-
-
-def _flat(value: object) -> object:
-    """Tensors as their bytes, containers walked in order (a digest of the exact values)."""
-    if isinstance(value, torch.Tensor):
-        return (str(value.dtype), tuple(value.shape), value.detach().contiguous().numpy().tobytes().hex())
-    if isinstance(value, dict):
-        return [(str(k), _flat(value[k])) for k in sorted(value, key=str)]
-    if isinstance(value, (list, tuple)):
-        return [_flat(v) for v in value]
-    return repr(value)
 
 
 def _machine() -> dict[str, str]:

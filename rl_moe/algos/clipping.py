@@ -85,21 +85,8 @@ GRAD_CLIPS: dict[str, Callable[[ActorCriticPolicy, ParamSplit, float], Tensor]] 
 }
 
 
-class GradClipper:
-    """Clips a policy's gradients by rule ``name``; the split is taken once per policy.
-
-    :param name: a key of :data:`GRAD_CLIPS`
-    """
-
-    def __init__(self, name: str) -> None:
-        if name not in GRAD_CLIPS:
-            raise ValueError(f"unknown grad_clip {name!r}; valid choices: {', '.join(GRAD_CLIPS)}")
-        self.name = name
-        self._policy: ActorCriticPolicy | None = None
-        self._split = ParamSplit([], [])
-
-    def __call__(self, policy: ActorCriticPolicy, max_norm: float) -> Tensor:
-        """Clip in place; return the (actor, critic) gradient norms before clipping, shape (2,)."""
-        if policy is not self._policy:
-            self._policy, self._split = policy, split_actor_critic(policy)
-        return GRAD_CLIPS[self.name](policy, self._split, max_norm)
+def clip_gradients(policy: ActorCriticPolicy, rule: str, max_norm: float, split: ParamSplit | None = None) -> Tensor:
+    """Clip the policy's gradients in place by ``rule`` (a key of :data:`GRAD_CLIPS`); return the
+    (actor, critic) gradient norms before clipping, shape (2,). ``split``: the policy's
+    :func:`split_actor_critic`, where the caller keeps it (it walks every parameter)."""
+    return GRAD_CLIPS[rule](policy, split_actor_critic(policy) if split is None else split, max_norm)

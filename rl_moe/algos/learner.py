@@ -8,7 +8,7 @@ a :class:`PPOLearner`, so none of them imports ``ppo.py``, which imports them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -16,17 +16,17 @@ from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.policies import ActorCriticPolicy
-from torch import Tensor, device, nn
+from torch import device
 
-from rl_moe.algos.common import TermSink
-from rl_moe.algos.hooks import LossContext, Regularizer
+from rl_moe.regularizers.hooks import Regularizer
 
 
 class PPOLearner(Protocol):
     """The PPO learner's settings and state that the update paths read or advance.
 
-    The underscored names are SB3's own ``OnPolicyAlgorithm`` state (``_last_obs`` and the like)
-    and :class:`~rl_moe.algos.common.RegularizedMixin`'s hooks.
+    The underscored names are SB3's own ``OnPolicyAlgorithm`` state (``_last_obs`` and the like).
+    The update owns the arithmetic (backward, clipping, optimizer step), so nothing here is a
+    method of ours.
     """
 
     policy: ActorCriticPolicy
@@ -59,13 +59,3 @@ class PPOLearner(Protocol):
     _last_episode_starts: np.ndarray
 
     def _update_info_buffer(self, infos: list[dict[str, Any]], dones: np.ndarray | None = None) -> None: ...
-
-    def _backward(
-        self, ctx: LossContext, reference: Tensor, rest: Tensor, params: Iterable[nn.Parameter], sink: TermSink | None = None
-    ) -> Tensor: ...
-
-    def _after_update(self, phase: str) -> None: ...
-
-    def clip_gradients(self) -> Tensor: ...
-
-    def _record_regularizer_logs(self, term_means: dict[str, float] | None = None) -> None: ...

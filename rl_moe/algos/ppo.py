@@ -1,8 +1,10 @@
 """PPO whose loss is the clipped PPO objective plus named regularizer terms.
 
 Same update as stable-baselines3's PPO (Schulman et al. 2017, arXiv:1707.06347), run by
-:class:`~rl_moe.algos.update.PPOUpdate`; the only change to the maths is
-:meth:`RegularizedMixin._backward`, which adds the regularizer terms.
+:class:`~rl_moe.algos.update.PPOUpdate`, whose minibatch step reads top to bottom
+(:meth:`~rl_moe.algos.update.PPOUpdate.step`); the only change to the maths is
+:func:`~rl_moe.algos.backward.regularized_backward`, which adds the regularizer terms. This class
+holds the settings, the rollouts and the choice of update path.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv
 from torch import Tensor
 
-from rl_moe.algos.clipping import GRAD_CLIPS, GradClipper
+from rl_moe.algos.clipping import GRAD_CLIPS
 from rl_moe.algos.common import RegularizedMixin
 from rl_moe.algos.update import FAST_MODES, PPOUpdate, no_distribution_checks, update_unsupported_reason
-from rl_moe.algos.hooks import Regularizer
+from rl_moe.regularizers.hooks import Regularizer
 from rl_moe.algos.rollout import DeviceRolloutBuffer, GraphedActing, acting_unsupported_reason
 from rl_moe.nn.static import static_shapes
 
@@ -58,7 +60,6 @@ class MoEPPO(RegularizedMixin, PPO):
         if grad_clip not in GRAD_CLIPS:
             raise ValueError(f"unknown grad_clip {grad_clip!r}; valid choices: {', '.join(GRAD_CLIPS)}")
         self.grad_clip = grad_clip
-        self._clipper = GradClipper(grad_clip)
         #: Called with (epoch, n_epochs) as each epoch of an update begins (a progress display).
         self.on_epoch: Callable[[int, int], None] | None = None
         self.fast_update, self.cuda_graphs = fast_update, cuda_graphs
@@ -70,13 +71,7 @@ class MoEPPO(RegularizedMixin, PPO):
         super().__init__(policy, env, **kwargs)
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_update", "_acting", "_clipper", "on_epoch"]
-
-    def clip_gradients(self) -> Tensor:
-        """Clip the policy's gradients by ``grad_clip``; (2,) actor and critic norms before clipping."""
-        if self._clipper.name != self.grad_clip:  # set after construction (e.g. by a loaded run's config)
-            self._clipper = GradClipper(self.grad_clip)
-        return self._clipper(self.policy, self.max_grad_norm)
+        return [*super()._excluded_save_params(), "_update", "_acting", "on_epoch"]
 
     def fast_path_reason(self) -> str | None:
         """Why this learner's update takes SB3's minibatches rather than the sync-free device path

@@ -12,7 +12,7 @@ from gymnasium import spaces
 from stable_baselines3.common.type_aliases import RolloutBufferSamples
 from torch import Tensor
 
-from rl_moe.algos.hooks import LossContext, loss_context
+from rl_moe.regularizers.hooks import LossContext, loss_context
 from rl_moe.algos.learner import PPOLearner
 from rl_moe.nn import MoEOutput
 from rl_moe.policies import evaluate_actions

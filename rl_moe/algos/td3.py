@@ -9,9 +9,10 @@ import torch.nn.functional as F
 from stable_baselines3 import TD3
 from stable_baselines3.common.utils import polyak_update
 
-from rl_moe.algos.common import DeviceTermLog, RegularizedMixin
+from rl_moe.algos.backward import regularized_backward
+from rl_moe.algos.common import DeviceTermLog, RegularizedMixin, after_step, record_update_logs
 from rl_moe.algos.update import FAST_MODES
-from rl_moe.algos.hooks import Regularizer, loss_context
+from rl_moe.regularizers.hooks import Regularizer, loss_context
 from rl_moe.nn.static import static_shapes
 from rl_moe.policies import act_with_output, q_values_with_outputs
 
@@ -88,7 +89,7 @@ class MoETD3(RegularizedMixin, TD3):
         if actor_steps:
             self.logger.record("train/actor_loss", actor_sum / actor_steps)
         self.logger.record("train/critic_loss", critic_sum / max(gradient_steps, 1))
-        self._record_regularizer_logs(terms.means())
+        record_update_logs(self, terms.means())
 
     def _gradient_step(self, batch_size: int, sums: torch.Tensor, terms: DeviceTermLog) -> bool:
         """One critic step and, every ``policy_delay`` steps, an actor step with the target
@@ -108,9 +109,9 @@ class MoETD3(RegularizedMixin, TD3):
         ctx = loss_context(self, "td3_critic", batch, {"critic": critic_outs}, {"critic": critic_loss}, {"critic": critic_loss})
         sums[0] += critic_loss.detach()
         self.critic.optimizer.zero_grad()
-        self._backward(ctx, critic_loss, critic_loss.new_zeros(()), self.critic.parameters(), sink=terms)
+        regularized_backward(self.regularizers, ctx, critic_loss, critic_loss.new_zeros(()), self.critic.parameters(), terms)
         self.critic.optimizer.step()
-        self._after_update("td3_critic")
+        after_step(self, "td3_critic")
 
         if self._n_updates % self.policy_delay != 0:
             return False
@@ -119,9 +120,9 @@ class MoETD3(RegularizedMixin, TD3):
         ctx = loss_context(self, "td3_actor", batch, {"actor": (actor_out,)}, {"actor": actor_loss}, {"actor": actor_loss})
         sums[1] += actor_loss.detach()
         self.actor.optimizer.zero_grad()
-        self._backward(ctx, actor_loss, actor_loss.new_zeros(()), self.actor.parameters(), sink=terms)
+        regularized_backward(self.regularizers, ctx, actor_loss, actor_loss.new_zeros(()), self.actor.parameters(), terms)
         self.actor.optimizer.step()
-        self._after_update("td3_actor")
+        after_step(self, "td3_actor")
         # SB3's polyak_update is foreach in place: no copies, no host reads.
         polyak_update(self.critic.parameters(), self.critic_target.parameters(), self.tau)
         polyak_update(self.actor.parameters(), self.actor_target.parameters(), self.tau)

@@ -43,7 +43,9 @@ from stable_baselines3.common.type_aliases import RolloutBufferSamples
 from stable_baselines3.common.utils import explained_variance
 from torch import Tensor
 
-from rl_moe.algos.common import DeviceTermLog
+from rl_moe.algos.backward import regularized_backward
+from rl_moe.algos.clipping import clip_gradients, split_actor_critic
+from rl_moe.algos.common import DeviceTermLog, after_step, record_update_logs
 from rl_moe.algos.graphs import GraphedStep, StateOps
 from rl_moe.algos.learner import PPOLearner
 from rl_moe.algos.ppo_loss import ppo_losses
@@ -155,6 +157,7 @@ class PPOUpdate:
         if self.cuda_graphs and not self.static:
             raise ValueError("CUDA graphs need static-shape MoE layers; got static=False")
         self.rollout = _Rollout.allocate(algo.rollout_buffer, self.device) if device_batches else None
+        self.split = split_actor_critic(algo.policy)  # the clipping rule's sides, taken once per policy
         self.terms = DeviceTermLog()
         self.stats = torch.zeros(len(_STATS), device=self.device)  # summed over the update
         self.kl = torch.zeros((), device=self.device)  # summed over the current epoch
@@ -198,7 +201,7 @@ class PPOUpdate:
             last_epoch_batches = 0
             for batch in self._minibatches():
                 self._run_minibatch(batch, (clip_range, clip_range_vf))
-                algo._after_update("ppo")
+                after_step(algo, "ppo")
                 n_minibatches += 1
                 last_epoch_batches += 1
             algo._n_updates += 1
@@ -247,8 +250,9 @@ class PPOUpdate:
         with static_shapes(self.static), no_distribution_checks():
             losses = ppo_losses(algo, batch, clip_range, clip_range_vf)
             policy.optimizer.zero_grad(set_to_none=True)
-            total = algo._backward(losses.context(algo, batch, sync_free=sync_free), losses.actor, algo.vf_coef * losses.value, policy.parameters(), sink=self.terms)
-        norms = algo.clip_gradients()  # (2,) actor, critic before clipping
+            ctx = losses.context(algo, batch, sync_free=sync_free)
+            total = regularized_backward(algo.regularizers, ctx, losses.actor, algo.vf_coef * losses.value, policy.parameters(), self.terms)
+        norms = clip_gradients(policy, algo.grad_clip, algo.max_grad_norm, self.split)  # (2,) actor, critic before clipping
         policy.optimizer.step()
         with torch.no_grad():
             self.kl.add_(losses.approx_kl())
@@ -336,4 +340,4 @@ class PPOUpdate:
             logger.record("train/clip_range_vf", clip_range_vf)
         # Device batches: one addition per minibatch, which a replayed graph does not count; SB3's
         # batches run eagerly, so each term's own count holds (a term some minibatches skip).
-        algo._record_regularizer_logs(self.terms.means(n_minibatches if self.device_batches else None))
+        record_update_logs(algo, self.terms.means(n_minibatches if self.device_batches else None))

@@ -51,6 +51,28 @@ from rl_moe.tblog import dump_keys, logged_at, tensorboard_logger
 
 
 @dataclass
+class TaskRun:
+    """One task trained in this session, handed from :meth:`ContinualScheduler.run` through
+    training to its evaluation (nothing of it is kept on the scheduler)."""
+
+    index: int
+    start: int  # the global step at the task's start
+    resume: dict[str, Any] | None = None  # the in-task checkpoint it continues from (None: from its start)
+    log_start_eval: bool = True  # False: the interrupted run already logged the start evaluation
+    seconds: float = float("nan")  # training time, with the time trained before an in-task resume
+
+    @property
+    def resumed_step(self) -> int | None:
+        """The global step the task continues from, or None when it starts afresh."""
+        return None if self.resume is None else int(self.resume["step"])
+
+    @property
+    def seconds_before(self) -> float:
+        """Training time spent on the task before this session (0 when it starts afresh)."""
+        return 0.0 if self.resume is None else float(self.resume["seconds"])
+
+
+@dataclass
 class TaskCallbacks:
     """What one task's ``learn`` runs with: its callbacks, and the parts the task reads after."""
 
@@ -104,10 +126,7 @@ class ContinualScheduler:
         self.env: VecEnv | None = None
         self.logger: Logger | None = None
         self._eval_envs: dict[tuple[int, bool | None], EvalEnvs] = {}
-        self._task_seconds = float("nan")  # training time of the task being evaluated
         self._pace = Pace()  # what the progress line's ETA has measured so far
-        self._pending_in_task: dict[str, Any] | None = None  # the in-task checkpoint a resume continues from
-        self._resumed_at: int | None = None  # first task after a resume whose start eval is already logged
         # Generator states and counters at the last task boundary (see rl_moe.continual.rng).
         self._boundary_state: dict[str, Any] | None = None
 
@@ -198,7 +217,6 @@ class ContinualScheduler:
         # The next task's start evaluation sits at the boundary step, which the purge keeps: skip it
         # only if the interrupted run got to log it (an interruption before it leaves a gap).
         started = res.finished_tasks > 0 and logged_at(str(self.files.tb), "eval/success", res.global_step)
-        self._resumed_at = res.finished_tasks if started else None
         in_task = self._read_in_task()
         if in_task is not None:
             print(f"resuming task {res.finished_tasks + 1}/{len(self.tasks)} inside, at its step {in_task['step'] - in_task['task_start']:,}", file=sys.stderr)
@@ -210,9 +228,11 @@ class ContinualScheduler:
         try:
             if res.evaluated_tasks is not None and res.evaluated_tasks < res.finished_tasks:
                 self._finish_evaluation(res.finished_tasks - 1)
-            self._pending_in_task = in_task  # taken by the first task trained
-            for i in range(res.finished_tasks, len(self.tasks)):
-                self._train_task(i, probe_states)
+            first = res.finished_tasks
+            for i in range(first, len(self.tasks)):
+                # only the first task trained can continue an in-task checkpoint or have its start logged
+                task = TaskRun(i, res.global_step, in_task if i == first else None, log_start_eval=not (started and i == first))
+                self._train_task(task, probe_states)
             self._model_ready()  # only evaluation was left: nothing to load the settings into
             self._finish()
         finally:
@@ -281,13 +301,11 @@ class ContinualScheduler:
         self.env = env
         self._build_model(env)
         self._load_finished(i)
-        self._evaluate_and_store(i)
+        self._evaluate_and_store(i, train_seconds=float("nan"))
 
-    def _train_task(self, i: int, probe_states: torch.Tensor | None) -> None:
-        """Train task ``i``, from its start or, for the first task of a resumed run, from its
-        in-task checkpoint (read by :meth:`run`)."""
-        cfg, res, task = self.cfg, self.results, self.tasks[i]
-        in_task, self._pending_in_task = self._pending_in_task, None
+    def _train_task(self, task: TaskRun, probe_states: torch.Tensor | None) -> None:
+        """Train ``task`` from its start or from its in-task checkpoint, then evaluate it."""
+        cfg, res, i = self.cfg, self.results, task.index
         t0 = time.perf_counter()
         previous = self.env
         if previous is None and cfg.protocol == "crl" and i > 0 and self.algo_cfg.normalize_obs:
@@ -298,36 +316,33 @@ class ContinualScheduler:
         self.env = env
         self._prepare_model(i, env)
         assert self.model is not None
-        start = res.global_step
-        from_step = start if in_task is None else int(in_task["step"])
-        res.provenance.append({"task": i, "name": task.name, "from_step": from_step, "backend": vec_env_backend(env, self.suite.family), **code_version()})
-        hooks = self._task_callbacks(i, start, in_task, probe_states, env)
-        done = 0 if in_task is None else int(in_task["step"]) - start
-        self._learn(i, cfg.steps_per_task - done, hooks)
+        start = task.start
+        from_step = start if task.resumed_step is None else task.resumed_step
+        res.provenance.append({"task": i, "name": self.tasks[i].name, "from_step": from_step, "backend": vec_env_backend(env, self.suite.family), **code_version()})
+        hooks = self._task_callbacks(task, probe_states, env)
+        self._learn(i, cfg.steps_per_task - (from_step - start), hooks)
         end = int(self.model.num_timesteps)
         if hooks.line is not None:  # the next task's ETA starts from this task's phases
             self._pace.phases = hooks.line.phases
         if isinstance(self.model, RegularizedMixin):  # the task's last update, at its step (before the checkpoint)
             self.model.flush_update_logs()
         trained = time.perf_counter()
-        self._task_seconds = trained - t0 + (0.0 if in_task is None else float(in_task["seconds"]))
+        task.seconds = trained - t0 + task.seconds_before
         # The task is finished once its checkpoint is on disk: an interruption from here on
         # costs only the evaluation below, which a resume runs again.
         self._save_checkpoint(i)
         self._store_trained(i, start, end, hooks.curve)
         self.files.in_task.unlink(missing_ok=True)  # the task's own checkpoint supersedes it
-        self._evaluate_and_store(i)
+        self._evaluate_and_store(i, task.seconds)
         self._pace.tail_seconds = time.perf_counter() - trained
 
-    def _task_callbacks(
-        self, i: int, start: int, in_task: dict[str, Any] | None, probe_states: torch.Tensor | None, env: VecEnv
-    ) -> TaskCallbacks:
-        """The callbacks of task ``i``'s ``learn`` (periodic evaluation, threads, episode stages,
-        probe, progress line, the caller's, in-task checkpoint), resumed from ``in_task`` if any."""
-        cfg = self.cfg
+    def _task_callbacks(self, task: TaskRun, probe_states: torch.Tensor | None, env: VecEnv) -> TaskCallbacks:
+        """The callbacks of ``task``'s ``learn`` (periodic evaluation, threads, episode stages,
+        probe, progress line, the caller's, in-task checkpoint), resumed from its in-task checkpoint if any."""
+        cfg, i, start, in_task = self.cfg, task.index, task.start, task.resume
         curve: dict[str, list] = {"steps": [], "success": [], "return": []}
         every = max(1, cfg.steps_per_task // cfg.eval.evals_per_task)
-        periodic = PeriodicEval(lambda: self._evaluate(i, cfg.eval.n_episodes), every, start + cfg.steps_per_task, curve, log_start=i != self._resumed_at)
+        periodic = PeriodicEval(lambda: self._evaluate(i, cfg.eval.n_episodes), every, start + cfg.steps_per_task, curve, log_start=task.log_start_eval)
         callbacks: list[BaseCallback] = [periodic]
         base = env.venv if isinstance(env, VecNormalize) else env
         callbacks.append(ThreadGovernor(self.threads, native=not isinstance(base, (DummyVecEnv, SubprocVecEnv))))
@@ -338,7 +353,6 @@ class ContinualScheduler:
         if probe_states is not None:
             probe = make_probe_callback(self._probe_input(probe_states), cfg.probe.every or every, cfg.seed, cfg.probe)
             callbacks.append(probe)
-        resumed_at = None if in_task is None else int(in_task["step"])
         line = None
         if self.progress:
             later = (len(self.tasks) - i - 1) * cfg.effective_steps_per_task
@@ -356,8 +370,8 @@ class ContinualScheduler:
                 return {"eval": periodic.state(), "probe": None if probe is None else probe.state()}
 
             checkpoint = InTaskCheckpoint(
-                self.files.in_task, cfg.checkpoint, i, start, curve, states, resumed_at=resumed_at,
-                seconds_before=0.0 if in_task is None else float(in_task["seconds"]), on_write=lambda step: self._record_in_task(start, step),
+                self.files.in_task, cfg.checkpoint, i, start, curve, states, resumed_at=task.resumed_step,
+                seconds_before=task.seconds_before, on_write=lambda step: self._record_in_task(start, step),
             )  # fmt: skip
             callbacks.append(checkpoint)  # last: the boundary's evaluation is inside its capture
         if in_task is not None:
@@ -415,7 +429,7 @@ class ContinualScheduler:
             return None
         return state
 
-    def _evaluate_and_store(self, i: int) -> None:
+    def _evaluate_and_store(self, i: int, train_seconds: float) -> None:
         res = self.results
         t1 = time.perf_counter()
         row = self._evaluate_row(i)
@@ -427,7 +441,7 @@ class ContinualScheduler:
         append_point(res.eval_curves[self.tasks[i].name], end, own.curve_values())
         res.evaluated_tasks = i + 1
         res.save(self.files.results)
-        self._log_task(i, end, own, row, self._task_seconds, eval_seconds)
+        self._log_task(i, end, own, row, train_seconds, eval_seconds)
 
     def _probe_input(self, states: torch.Tensor) -> torch.Tensor:
         rms = self._obs_rms()

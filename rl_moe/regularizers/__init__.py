@@ -4,14 +4,14 @@ Each regularizer takes a frozen settings dataclass (its class's ``config_class``
 module) or keyword arguments overriding that dataclass's fields.
 
 The hook interface they implement (:class:`Regularizer`, :class:`LossContext`, :class:`Penalty`)
-lives with the learners in :mod:`rl_moe.algos.hooks` and is re-exported here.
+lives with the learners in :mod:`rl_moe.regularizers.hooks` and is re-exported here.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from rl_moe.algos.hooks import (
+from rl_moe.regularizers.hooks import (
     GradScale,
     LossContext,
     Penalty,

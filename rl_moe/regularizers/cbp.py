@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rl_moe.algos.hooks import LossContext
+from rl_moe.regularizers.hooks import LossContext
 from rl_moe.regularizers.targets import Targeted, active_roles, check_target, module_names
 from rl_moe.regularizers.units import ExpertUnits, GateUnits, UnitLayer, unit_layers
 

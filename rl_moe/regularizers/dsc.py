@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from rl_moe.algos.hooks import LossContext, Penalty
+from rl_moe.regularizers.hooks import LossContext, Penalty
 from rl_moe.regularizers.targets import Targeted, check_target
 
 #: Term name -> aux key of the network output (the budget is computed here from ``dsc_signal``).

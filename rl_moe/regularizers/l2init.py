@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rl_moe.algos.hooks import LossContext, Penalty
+from rl_moe.regularizers.hooks import LossContext, Penalty
 from rl_moe.policies import policy_roles
 from rl_moe.regularizers.targets import Targeted, check_target, parameter_names
 

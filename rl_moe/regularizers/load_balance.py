@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rl_moe.algos.hooks import LossContext, Penalty
+from rl_moe.regularizers.hooks import LossContext, Penalty
 from rl_moe.regularizers.targets import Targeted, check_target
 
 

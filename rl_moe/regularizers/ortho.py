@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from rl_moe.algos.hooks import LossContext, Penalty
+from rl_moe.regularizers.hooks import LossContext, Penalty
 from rl_moe.regularizers.targets import Targeted, check_target, expert_stacks
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from rl_moe.algos.hooks import LossContext, Penalty
+from rl_moe.regularizers.hooks import LossContext, Penalty
 from rl_moe.nn.experts import ACTIVATION_GAINS
 from rl_moe.nn.parts import MoENetwork
 from rl_moe.policies import Role

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rl_moe.algos.hooks import LossContext
+from rl_moe.regularizers.hooks import LossContext
 from rl_moe.maths import dormant_scores
 from rl_moe.regularizers.targets import Targeted, active_roles, check_target
 from rl_moe.regularizers.units import UnitLayer, UnitStats, unit_layers

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rl_moe.algos.hooks import LossContext, Penalty
+from rl_moe.regularizers.hooks import LossContext, Penalty
 from rl_moe.maths import SingularPair, power_iteration, top_singular_value
 from rl_moe.regularizers.targets import Targeted, check_target, parameter_names, role_hidden_weights
 

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rl_moe.algos.hooks import GradScale, LossContext, Penalty, Regularizer
+from rl_moe.regularizers.hooks import GradScale, LossContext, Penalty, Regularizer, clamp_coef
 from rl_moe.maths import effective_rank
 from rl_moe.nn import MoEOutput
 from rl_moe.regularizers.gram import FeatureBlock, GramStats, gram_stats, per_expert_stats
@@ -288,9 +288,7 @@ class Sphere(Regularizer):
             coef: float | Tensor = cfg.rho * self._ratios[role]
         else:
             coef = LOSS_COEF_RULES[cfg.coef_mode](cfg.rho, ref, loss, cfg.eps)
-        if cfg.max_coef is None:
-            return coef
-        return coef.clamp(-cfg.max_coef, cfg.max_coef) if isinstance(coef, Tensor) else max(-cfg.max_coef, min(cfg.max_coef, coef))
+        return clamp_coef(coef, cfg.max_coef)
 
     def network_loss(self, out: MoEOutput, reference: Tensor | None = None) -> Tensor:
         """L_SPHERE of one network output (``reference`` is needed for the gradient Gram)."""

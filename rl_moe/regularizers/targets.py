@@ -2,7 +2,7 @@
 are built and checked in :mod:`rl_moe.regularizers.options`.
 
 A regularizer targets *roles* (``actor`` or ``critic``; ``both`` = the two). The learner hands it,
-per minibatch, the roles trained in the phase (:class:`~rl_moe.algos.hooks.RoleStep`: networks,
+per minibatch, the roles trained in the phase (:class:`~rl_moe.regularizers.hooks.RoleStep`: networks,
 outputs, reference loss, parameters); lifecycle hooks get the policy's roles from
 :func:`~rl_moe.policies.policy_roles`. The helpers here read the structure of a role's networks
 (the per-network ones, :func:`hidden_weights` and :func:`expert_stacks`, live in :mod:`rl_moe.nn.specnorm`).
@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import nn
 
-from rl_moe.algos.hooks import PHASE_ROLES, Regularizer
+from rl_moe.regularizers.hooks import PHASE_ROLES, Regularizer
 from rl_moe.nn.specnorm import WeightRef, expert_stacks, hidden_weights
 from rl_moe.policies import Role
 from rl_moe.regularizers.options import build_config

@@ -198,7 +198,7 @@ def grad_norm(loss: Tensor, params: Iterable[nn.Parameter]) -> Tensor:
 def adaptive_coef(rho: float, ref_norm: Tensor, pen_norm: Tensor, eps: float) -> Tensor:
     """The adaptive coefficient rho * ||grad L_ref|| / (||grad L_pen|| + eps) as a detached ()
     tensor (SPHERE App. A.3): the one formula, which the learner applies
-    (:meth:`~rl_moe.algos.common.RegularizedMixin._backward`) and :func:`scaled_coef` reports.
+    (:func:`~rl_moe.algos.backward.regularized_backward`) and :func:`scaled_coef` reports.
 
     A penalty with no gradient (SPHERE at isotropic features) gets 0, not rho * ||grad L_ref|| / eps
     (~1e6 in the logs); the update is the same either way.
@@ -206,14 +206,23 @@ def adaptive_coef(rho: float, ref_norm: Tensor, pen_norm: Tensor, eps: float) ->
     return torch.where(pen_norm > 0, rho * ref_norm / (pen_norm + eps), torch.zeros_like(pen_norm)).detach()
 
 
+def clamp_coef(coef: Tensor | float, ceiling: float | None) -> Tensor | float:
+    """``coef`` bounded to [-ceiling, ceiling] (None: unbounded): the one λ-ceiling rule, for the
+    coefficients the learner resolves and those a regularizer computes itself."""
+    if ceiling is None:
+        return coef
+    return coef.clamp(-ceiling, ceiling) if isinstance(coef, Tensor) else max(-ceiling, min(ceiling, coef))
+
+
 def scaled_coef(term: Penalty) -> float:
     """The coefficient a :class:`GradScale` asks for, computed on its own (two extra backward
-    passes) with the learner's formula :func:`adaptive_coef`."""
+    passes) with the learner's formula :func:`adaptive_coef` and ceiling :func:`clamp_coef`."""
     if term.scale is None:
         return term.coef
     s = term.scale
     params = [p for p in s.params if p.requires_grad]
-    coef = adaptive_coef(s.rho, grad_norm(s.reference, params), grad_norm(term.loss, params), s.eps)
+    coef = clamp_coef(adaptive_coef(s.rho, grad_norm(s.reference, params), grad_norm(term.loss, params), s.eps), s.ceiling)
+    assert isinstance(coef, Tensor)
     if s.on_resolve is not None:
         s.on_resolve(coef)
     return float(coef)
