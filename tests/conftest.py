@@ -60,3 +60,36 @@ def _one_thread_per_test():
     with EnvPool); put it back so that no test runs with what an earlier one chose."""
     yield
     torch.set_num_threads(1)
+
+
+# ---- shared sizes and the small PPO model (import them: ``from tests.conftest import NETS, moe_ppo``)
+
+#: MoE network sizes the unit tests train: "tiny" where only shapes and plumbing matter, "small"
+#: where gradients and optimizer steps are compared, "three" with an odd number of experts.
+NETS: dict[str, dict[str, object]] = {
+    "tiny": {"n_experts": 4, "top_k": 2, "hidden": (16, 16), "gate_hidden": (8,)},
+    "small": {"n_experts": 4, "top_k": 2, "hidden": (32, 32), "gate_hidden": (16,)},
+    "three": {"n_experts": 3, "top_k": 2, "hidden": (16, 16), "gate_hidden": (16,)},
+}
+#: ``rl_moe.crl`` arguments of a run that takes seconds.
+CLI_TINY: list[str] = ["--preset", "tiny", "--no-progress"]
+
+
+def moe_ppo(env: object = "Pendulum-v1", *, net: str = "small", kind: str | None = "topk", policy: object = None, n_envs: int = 2, **kwargs: object):
+    """A small :class:`~rl_moe.algos.MoEPPO` on CPU (n_steps 64, batch 32, 2 epochs, seed 0 unless
+    given): ``env`` an env id (made as ``n_envs`` vectorized envs, seed 0) or an env; ``net`` a key of
+    :data:`NETS` with the router ``kind`` (None: the policy's default); ``policy`` another policy
+    class (then ``net`` and ``kind`` are not passed)."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from rl_moe.algos import MoEPPO
+    from rl_moe.policies import MoEActorCriticPolicy
+
+    if isinstance(env, str):
+        env = make_vec_env(env, n_envs=n_envs, seed=0)
+    if policy is None:
+        policy = MoEActorCriticPolicy
+        net_kwargs = dict(NETS[net]) if kind is None else {"moe": kind, **NETS[net]}
+        kwargs["policy_kwargs"] = {**net_kwargs, **dict(kwargs.get("policy_kwargs") or {})}
+    settings = {"n_steps": 64, "batch_size": 32, "n_epochs": 2, "seed": 0, "device": "cpu", **kwargs}
+    return MoEPPO(policy, env, **settings)

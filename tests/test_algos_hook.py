@@ -8,10 +8,11 @@ from stable_baselines3.common.logger import KVWriter, Logger
 from rl_moe.algos import MoEPPO, MoETD3
 from rl_moe.algos.backward import regularized_backward
 from rl_moe.algos.common import DeviceTermLog
-from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
+from rl_moe.policies import MoETD3Policy
 from rl_moe.regularizers import LossContext, Penalty, Regularizer
+from tests.conftest import NETS, moe_ppo
 
-TINY = dict(moe="topk", n_experts=3, top_k=2, hidden=(8,), gate_hidden=(4,))
+TINY = {"moe": "topk", **NETS["three"]}
 
 
 class Capture(KVWriter):
@@ -51,8 +52,7 @@ class PullLogStd(Regularizer):
 
 
 def _ppo(regs, seed=0):
-    model = MoEPPO(MoEActorCriticPolicy, gym.make("Pendulum-v1"), regularizers=regs, n_steps=64, batch_size=16,
-                   n_epochs=2, seed=seed, device="cpu", policy_kwargs=TINY)
+    model = moe_ppo(gym.make("Pendulum-v1"), net="three", regularizers=regs, batch_size=16, seed=seed)
     cap = Capture()
     model.set_logger(Logger(folder=None, output_formats=[cap]))
     return model, cap

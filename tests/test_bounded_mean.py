@@ -15,8 +15,9 @@ from stable_baselines3 import PPO
 from rl_moe.crl import main
 from rl_moe.diagnostics.action_box import mean_outside_box
 from rl_moe.policies import MoEActorCriticPolicy
+from tests.conftest import NETS
 
-TINY = {"moe": "topk", "n_experts": 4, "top_k": 2, "hidden": (16, 16), "gate_hidden": (8,)}
+TINY = {"moe": "topk", **NETS["tiny"]}
 OBS = spaces.Box(-np.inf, np.inf, (5,), np.float32)
 
 

@@ -7,19 +7,16 @@ import copy
 
 import pytest
 import torch
-from stable_baselines3.common.env_util import make_vec_env
 
 from rl_moe.algos import MoEPPO
 from rl_moe.algos.clipping import clip_gradients, side_norm, split_actor_critic
 from rl_moe.policies import MoEActorCriticPolicy
+from tests.conftest import moe_ppo
 
-SMALL = dict(moe="topk", n_experts=4, top_k=2, hidden=(32, 32), gate_hidden=(16,))
 
 
 def _ppo(policy=MoEActorCriticPolicy, **kwargs) -> MoEPPO:
-    env = make_vec_env("Pendulum-v1", n_envs=2, seed=0)
-    policy_kwargs = SMALL if policy is MoEActorCriticPolicy else None
-    return MoEPPO(policy, env, n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu", policy_kwargs=policy_kwargs, **kwargs)
+    return moe_ppo(policy=None if policy is MoEActorCriticPolicy else policy, n_epochs=1, **kwargs)
 
 
 @pytest.mark.parametrize("policy", ["MlpPolicy", MoEActorCriticPolicy])

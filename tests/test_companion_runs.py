@@ -14,10 +14,11 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from rl_moe import evaluate, sweep
 from rl_moe.crl import main as crl_main
 from rl_moe.report.__main__ import main as report_main
+from tests.conftest import CLI_TINY
 
 METHODS = ("sdmoe", "dsc", "ssmoe")
 ALGOS = ("ppo", "td3")
-TINY = ["--preset", "tiny", "--no-progress"]
+TINY = CLI_TINY
 #: TensorBoard scalars each method must log (beyond the learner's own).
 METHOD_TAGS = {
     "sdmoe": {"train/sdmoe_refreshes"},

@@ -16,8 +16,9 @@ from rl_moe.continual.state_files import load_regularizer_state
 from rl_moe.continual.scheduler import ContinualScheduler
 from rl_moe.crl import main
 from rl_moe.rundir import RunDir
+from tests.conftest import CLI_TINY
 
-TINY = ["--preset", "tiny", "--no-progress"]
+TINY = CLI_TINY
 
 
 def _run_dir(out: Path) -> Path:

@@ -19,6 +19,7 @@ from rl_moe.diagnostics import (
     collect_states,
 )
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
+from tests.conftest import NETS
 
 CORE_TAGS = (
     "plasticity/entk_rank",
@@ -28,7 +29,7 @@ CORE_TAGS = (
     "plasticity/feature_norm",
     "plasticity/grad_norm",
 )
-TINY_MOE = {"n_experts": 4, "top_k": 2, "hidden": (16, 16), "gate_hidden": (8,)}
+TINY_MOE = NETS["tiny"]
 
 
 def read_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:

@@ -17,8 +17,9 @@ from rl_moe.algos.profiling import CPU_INTERNAL_SCOPES as CPU_INTERNAL, count_op
 from rl_moe.nn import NETWORK_KINDS, NetConfig, build_network, static_shapes
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
 from rl_moe.regularizers.sphere import Sphere
+from tests.conftest import NETS, moe_ppo
 
-SMALL = dict(n_experts=4, top_k=2, hidden=(32, 32), gate_hidden=(16,))
+SMALL = NETS["small"]
 
 
 def _grads(loss: torch.Tensor, net: torch.nn.Module) -> list[torch.Tensor]:
@@ -84,12 +85,9 @@ def test_static_sphere_matches_routed(kind: str, variant: dict) -> None:
 
 
 def _ppo(fast: str, regs: list, kind: str = "topk", policy=MoEActorCriticPolicy, **kwargs) -> MoEPPO:
-    env = make_vec_env("Pendulum-v1", n_envs=2, seed=0)
-    policy_kwargs = dict(moe=kind, **SMALL) if policy is MoEActorCriticPolicy else None
-    return MoEPPO(
-        policy, env, regularizers=regs, fast_update=fast, n_steps=64, batch_size=32, n_epochs=2, seed=0,
-        policy_kwargs=policy_kwargs, **kwargs,
-    )  # fmt: skip
+    # the device stays "auto": on a GPU machine these tests check the CUDA path
+    own = None if policy is MoEActorCriticPolicy else policy
+    return moe_ppo(kind=kind, policy=own, regularizers=regs, fast_update=fast, **{"device": "auto", **kwargs})
 
 
 REGS = {

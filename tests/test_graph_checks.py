@@ -11,15 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from stable_baselines3.common.env_util import make_vec_env
 
 from rl_moe.algos import MoEPPO
 from rl_moe.algos import graphs as graphs_module
 from rl_moe.algos import rollout as rollout_module
-from rl_moe.policies import MoEActorCriticPolicy
 from rl_moe.regularizers import Sphere
+from tests.conftest import moe_ppo
 
-SMALL = dict(n_experts=4, top_k=2, hidden=(16, 16), gate_hidden=(8,))
 
 
 class FakeGraph:
@@ -48,10 +46,7 @@ def fake_capture(broken: Callable[[Any], None] | None) -> Callable[..., tuple[Fa
 
 
 def _ppo(seed: int = 0) -> MoEPPO:
-    return MoEPPO(
-        MoEActorCriticPolicy, make_vec_env("Pendulum-v1", n_envs=2, seed=0), regularizers=[Sphere(rank_every=0)],
-        fast_update="on", n_steps=64, batch_size=32, n_epochs=2, seed=seed, device="cpu", policy_kwargs=dict(moe="topk", **SMALL),
-    )  # fmt: skip
+    return moe_ppo(net="tiny", regularizers=[Sphere(rank_every=0)], fast_update="on", seed=seed)
 
 
 def _shift_weights(model: MoEPPO) -> Callable[[Any], None]:

@@ -14,8 +14,9 @@ from stable_baselines3.common.env_util import make_vec_env
 from rl_moe.algos import MoEPPO
 from rl_moe.policies import MoEActorCriticPolicy, policy_roles
 from rl_moe.regularizers import L2Init, ShrinkPerturb, make_regularizer
+from tests.conftest import NETS
 
-SMALL = dict(moe="topk", n_experts=4, top_k=2, hidden=(32, 32), gate_hidden=(16,))
+SMALL = {"moe": "topk", **NETS["small"]}
 
 
 def _policy() -> MoEActorCriticPolicy:

@@ -9,13 +9,13 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 from rl_moe.algos import MoEPPO, MoETD3
 from rl_moe.nn import NETWORK_KINDS, MoEOutput
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy, actor_network, critic_networks
+from tests.conftest import NETS, moe_ppo
 
-TINY = dict(n_experts=4, top_k=2, hidden=(16, 16), gate_hidden=(8,))
+TINY = NETS["tiny"]
 
 
 def _ppo(env, kind, **kw):
-    return MoEPPO(MoEActorCriticPolicy, env, n_steps=64, batch_size=32, n_epochs=2, seed=0, device="cpu",
-                  policy_kwargs={"moe": kind, **TINY, **kw.pop("policy_kwargs", {})}, **kw)
+    return moe_ppo(env, net="tiny", kind=kind, **kw)
 
 
 def _td3(env, kind, **kw):

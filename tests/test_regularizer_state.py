@@ -11,10 +11,11 @@ import torch
 
 from rl_moe.algos import MoEPPO, MoETD3
 from rl_moe.continual.state_files import load_regularizer_state, save_regularizer_state
-from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
+from rl_moe.policies import MoETD3Policy
 from rl_moe.regularizers import REGISTRY, loss_context, make_regularizer
+from tests.conftest import NETS, moe_ppo
 
-ARCH = dict(n_experts=3, top_k=2, hidden=(16, 16), gate_hidden=(16,))
+ARCH = NETS["three"]
 #: Settings under which each stateful regularizer changes its state within a short run.
 KWARGS: dict[str, dict[str, Any]] = {
     "cbp": dict(maturity=4, replacement_rate=0.05),
@@ -31,7 +32,7 @@ STATEFUL = ("cbp", "cchain", "redo", "specreg", "sphere", "sdmoe", "snp")
 def _ppo(name: str) -> MoEPPO:
     env = gym.make("Pendulum-v1")
     reg = make_regularizer(name, **KWARGS.get(name, {}))
-    return MoEPPO(MoEActorCriticPolicy, env, regularizers=[reg], n_steps=64, batch_size=32, n_epochs=2, policy_kwargs=dict(ARCH), seed=0)
+    return moe_ppo(env, net="three", kind=None, regularizers=[reg])
 
 
 def _assert_same(a: Any, b: Any, where: str = "state") -> None:

@@ -12,8 +12,9 @@ import torch
 from rl_moe.algos import MoEPPO, MoETD3
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
 from rl_moe.regularizers import REGISTRY, make_regularizer
+from tests.conftest import NETS
 
-ARCH = dict(n_experts=3, top_k=2, hidden=(16, 16), gate_hidden=(16,))
+ARCH = NETS["three"]
 #: Small budgets so resets happen within a few hundred steps.
 KWARGS = {"cbp": dict(maturity=4, replacement_rate=0.05), "redo": dict(frequency=4), "sdmoe": dict(svd_every=2), "snp": dict(every_updates=2)}
 #: The logged key of each regularizer (without the ``_actor``/``_critic`` suffix of ``both``).

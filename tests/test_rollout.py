@@ -18,8 +18,9 @@ from rl_moe.algos.profiling import count_ops
 from rl_moe.algos.rollout import DeviceRolloutBuffer, GraphedActing
 from rl_moe.nn import static_shapes
 from rl_moe.policies import MoEActorCriticPolicy
+from tests.conftest import NETS, moe_ppo
 
-SMALL = dict(n_experts=4, top_k=2, hidden=(32, 32), gate_hidden=(16,))
+SMALL = NETS["small"]
 #: Every array the rollout writes (SB3's ``RolloutBuffer``), in its (T, n_envs, ...) layout.
 ARRAYS = ("observations", "actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns")
 
@@ -42,10 +43,7 @@ def _sb3_buffer(fast: str, env: VecEnv, n_steps: int, **kwargs) -> MoEPPO:
 
 
 def _ppo(fast: str, env: VecEnv, n_steps: int, **kwargs) -> MoEPPO:
-    return MoEPPO(
-        MoEActorCriticPolicy, env, regularizers=[], fast_update=fast, n_steps=n_steps, batch_size=64, n_epochs=1,
-        seed=0, device="cpu", policy_kwargs=dict(moe="topk", **SMALL), **kwargs,
-    )  # fmt: skip
+    return moe_ppo(env, regularizers=[], fast_update=fast, n_steps=n_steps, batch_size=64, n_epochs=1, **kwargs)
 
 
 class _StopAt(BaseCallback):

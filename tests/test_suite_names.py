@@ -11,10 +11,11 @@ import pytest
 from rl_moe.crl import main
 from rl_moe.envs.suites import current_suite_name, load_suite
 from rl_moe.report import load_runs
+from tests.conftest import CLI_TINY
 
 from tests.test_report import results, write_run
 
-TINY = ["--preset", "tiny", "--no-progress"]
+TINY = CLI_TINY
 
 
 def test_the_alias_is_the_suite_itself() -> None:
