@@ -1,7 +1,7 @@
 """Digests of a finished run, to show that two runs trained the same, bit for bit.
 
 ``tests/test_training_fingerprint.py`` compares them against recorded values (a refactor lands only
-with them unchanged), and ``results/tools/same_training.py`` compares two commits' runs of one
+with them unchanged), and ``tools/same_training.py`` compares two commits' runs of one
 command, so that a results table may mix those commits (docs/results.md, "Evidence").
 """
 

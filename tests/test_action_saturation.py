@@ -1,25 +1,14 @@
-"""results/tools/action_saturation.py: the share of action means outside MetaWorld's box."""
+"""tools/action_saturation.py: the share of action means outside MetaWorld's box."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 from torch.distributions import Normal
 
-TOOL = Path(__file__).resolve().parents[1] / "results" / "tools" / "action_saturation.py"
-
-
-def _tool():
-    sys.path.insert(0, str(TOOL.parent))  # the tool imports its sibling probe_checkpoints
-    spec = importlib.util.spec_from_file_location("action_saturation", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tools import action_saturation
 
 
 class _FixedPolicy:
@@ -35,7 +24,7 @@ class _FixedPolicy:
 
 def test_known_answer() -> None:
     policy = _FixedPolicy(torch.tensor([0.5, -2.0, 3.0, 0.1]), torch.tensor([1.0, 0.5, 0.5, 1.0]))
-    out = _tool().saturation(policy, torch.zeros(7, 39))
+    out = action_saturation.saturation(policy, torch.zeros(7, 39))
     assert out["outside_box"] == pytest.approx(0.5)
     assert out["max_abs_mean"] == pytest.approx(3.0)
     assert out["median_abs_mean"] == pytest.approx(0.5)  # torch's median: the lower of the middle two
@@ -44,4 +33,4 @@ def test_known_answer() -> None:
 
 def test_mean_inside_box_is_zero() -> None:
     policy = _FixedPolicy(torch.full((4,), 0.99), torch.ones(4))
-    assert _tool().saturation(policy, torch.zeros(3, 39))["outside_box"] == 0.0
+    assert action_saturation.saturation(policy, torch.zeros(3, 39))["outside_box"] == 0.0

@@ -1,6 +1,6 @@
 """Probe a run's checkpoints (and a fresh network of the same config) on a suite's held-out batch.
 
-    python results/tools/probe_checkpoints.py RUN_DIR [RUN_DIR ...] [--suite cw10-cw] [--json out.json]
+    python -m tools.probe_checkpoints RUN_DIR [RUN_DIR ...] [--suite cw10-cw] [--json out.json]
 
 Prints one markdown row per network: r_e(K), r_e(A_last), dormant ratio, idle-expert fraction and
 routing entropy on the batch that a new run of ``--suite`` collects (docs/metrics.md, "The

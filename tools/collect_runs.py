@@ -1,6 +1,6 @@
 """Copy the compact part of run folders into results/: what the report and the docs need.
 
-    python results/tools/collect_runs.py ~/rl_moe-runs/mw3easy results/mw3easy
+    python -m tools.collect_runs ~/rl_moe-runs/mw3easy results/mw3easy
 
 Keeps ``config.json``, ``results.json``, the TensorBoard events (``tb/``), the probe batch
 (``probe_states.pt``, 40 kB), ``sweep.log`` and the held-out scores of ``python -m

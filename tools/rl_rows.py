@@ -1,7 +1,7 @@
 """One line per single-task run from its TensorBoard events: the training episodes' success at the
 end, the first rollout where it reached 0.5, and the periodic evaluation's curve (docs/results.md, §4).
 
-    python results/tools/rl_rows.py RUN_DIR [RUN_DIR ...] [--json FILE]
+    python -m tools.rl_rows RUN_DIR [RUN_DIR ...] [--json FILE]
 
 Training success is SB3's ``rollout/success_rate`` (the share of the last 100 finished training
 episodes with a success), logged once per rollout; the curve is ``eval/success`` at each evaluation

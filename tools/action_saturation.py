@@ -1,6 +1,6 @@
 """How far a run's Gaussian action means sit outside MetaWorld's action box, per checkpoint.
 
-    python results/tools/action_saturation.py RUN_DIR [RUN_DIR ...] [--json out.json]
+    python -m tools.action_saturation RUN_DIR [RUN_DIR ...] [--json out.json]
 
 MetaWorld clips actions to [-1, 1]. Once the policy's mean leaves that box on most states, the
 clipped action stops depending on the mean, so the environment no longer answers the actor's
@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 import torch
-from probe_checkpoints import run_networks  # the sibling tool; this folder is on sys.path when run
+from tools.probe_checkpoints import run_networks
 
 
 def saturation(policy, states: torch.Tensor) -> dict[str, float]:

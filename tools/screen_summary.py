@@ -3,7 +3,7 @@ updates that are *collapsed*, the held-out r_e(K) at the end, and how often the 
 are exactly zero. Reads only results.json and the TensorBoard events, so it works on the committed
 summaries.
 
-    python results/tools/screen_summary.py results/sphere-screen [--json results/sphere-screen/summary.json]
+    python -m tools.screen_summary results/sphere-screen [--json results/sphere-screen/summary.json]
 
 *Collapsed* (docs/results.md, "Definitions"): SPHERE's λ > 1e4 or its penalty < 1e-8, per update
 (:func:`rl_moe.regularizers.sphere.is_collapsed`); runs from 2026-11-26 also log it as

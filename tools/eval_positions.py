@@ -1,7 +1,7 @@
 """A finished task's checkpoint scored on the training envs' positions and on held-out ones, with
 success at any step and at the last step, and the episodes' final stage terms (docs/results.md, §4).
 
-    python results/tools/eval_positions.py RUN_DIR [RUN_DIR ...] [--episodes 10] [--out FILE.json]
+    python -m tools.eval_positions RUN_DIR [RUN_DIR ...] [--episodes 10] [--out FILE.json]
 
 For runs made before ``eval.positions`` existed (their curves scored held-out positions only).
 Under MetaWorld's ``fixed`` positions, the training view is the SPHERE authors' evaluation: eval

@@ -1,7 +1,7 @@
 """Score a run's faucet-close checkpoint under evaluation variants: Continual World's 200-step
 horizon against MetaWorld's own 500, deterministic against sampled actions (docs/results.md, §1).
 
-    python results/tools/eval_variants.py RUN_DIR [--task faucet-close-v3] [--episodes 20]
+    python -m tools.eval_variants RUN_DIR [--task faucet-close-v3] [--episodes 20]
 
 Needs the run's checkpoints, which results/ does not keep: run it on the run folder itself.
 """

@@ -1,7 +1,7 @@
 """Where a hammer-v3 policy gets stuck: the stages of MetaWorld's v2 hammer reward per episode
 (docs/results.md, §2).
 
-    python results/tools/hammer_stages.py RUN_DIR [RUN_DIR ...] [--episodes 10]
+    python -m tools.hammer_stages RUN_DIR [RUN_DIR ...] [--episodes 10]
 
 The v2 reward is ``(2·grab + 6·in_place)·quat``: ``grab`` (caging and gripping the handle, info
 ``grasp_reward``, ``grasp_success`` at ≥ 0.5), ``in_place`` (0.1 once the head is above 2 cm, plus up to 0.9 as
