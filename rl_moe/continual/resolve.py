@@ -17,8 +17,8 @@ from rl_moe.continual.config import (
     EVAL_POSITIONS, OVERRIDE_PRESETS, EvalSettings, NetSettings, RunConfig, apply_overrides, regularizer_configs, shared_task_fields,
 )  # fmt: skip
 from rl_moe.continual.intask import CheckpointSettings
-from rl_moe.continual.learners import LEARNERS, PPOConfig, check_fast_update, get_learner
-from rl_moe.continual.methods import get_method
+from rl_moe.continual.learners import LEARNERS, AlgoSpec, PPOConfig, check_fast_update, get_learner
+from rl_moe.continual.methods import Method, get_method
 from rl_moe.continual.presets import learner_presets
 from rl_moe.continual.probe_states import PROBE_POLICIES, default_probe_policy
 from rl_moe.diagnostics.probe import ProbeConfig
@@ -175,34 +175,8 @@ def resolve(req: RunRequest) -> RunConfig:
         raise UsageError(f"--seed must be in 0..{MAX_SEED} (per-task env seeds are derived from it and must stay below 2**32), got {req.seed}")
     _check_device(req.device)
 
-    flags = [f"net.{k}={v}" for k, v in (("n_experts", req.n_experts), ("top_k", req.top_k)) if v is not None]
-    presets = learner_presets(algo)
-    preset = suite.presets.get(algo, DEFAULT_PRESET)
-    if preset not in presets:
-        raise UsageError(f"suite {suite.name!r} names unknown {algo} preset {preset!r}; valid choices: {', '.join(presets)}")
-    sections: dict[str, Any] = {"net": NetSettings(kind=method.kind), "eval": EvalSettings(), "probe": ProbeConfig(), "checkpoint": CheckpointSettings()}
-    for other in LEARNERS.values():  # every learner's section is stored; the run's is used
-        sections[other.name] = suite_preset(suite, other.name)
-    settings = {k: dict(v) for k, v in spec.regularizer_defaults.items()}
-    for name, kwargs in suite.regularizers.items():
-        settings[name] = {**settings.get(name, {}), **kwargs}
-    for name, kwargs in method.settings.items():  # what makes the method itself, above the suite
-        settings[name] = {**settings.get(name, {}), **kwargs}
-    # Every regularizer the suite sets is checked (a typo there is caught whatever the method);
-    # the run keeps the method's.
-    checked = regularizer_configs(dict.fromkeys([*method.regularizers, *suite.regularizers]), settings)
-    regs = {name: checked[name] for name in method.regularizers}
-    bundle: tuple[str, ...] = ()
-    if req.preset is not None:
-        bundle = OVERRIDE_PRESETS[check_choice(req.preset, tuple(OVERRIDE_PRESETS), "preset")]
-    # Suite network and eval defaults, then the --preset bundle, then --experts/--top-k, then --set: later wins.
-    overrides = [*net_flags(suite.net), *net_flags(suite.eval, "eval"), *bundle, *flags, *req.overrides]
-    sections, regs = apply_overrides(sections, regs, overrides, used=method.regularizers)
-    check_sections(sections)
-    sections["probe"] = _resolve_probe_policy(sections["probe"], suite)
+    sections, regs = _sections(req, suite, spec, method)
     n_envs = sections[algo].n_envs
-    if sections["net"].critic_moe is None:  # store the algo default explicitly in config.json
-        sections["net"] = dataclasses.replace(sections["net"], critic_moe=spec.critic_moe)
     cfg = RunConfig(
         suite=req.suite,
         suite_data=suite.to_dict(),
@@ -226,6 +200,39 @@ def resolve(req: RunRequest) -> RunConfig:
     family.check_tasks(suite)
     check_reference(req.reference)
     return cfg
+
+
+def _sections(req: RunRequest, suite: Suite, spec: AlgoSpec, method: Method) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run's settings sections and its method's regularizer configs: defaults, the suite's,
+    the method's, then the ``--preset`` bundle, ``--experts``/``--top-k`` and ``--set`` (later wins)."""
+    flags = [f"net.{k}={v}" for k, v in (("n_experts", req.n_experts), ("top_k", req.top_k)) if v is not None]
+    presets = learner_presets(spec.name)
+    preset = suite.presets.get(spec.name, DEFAULT_PRESET)
+    if preset not in presets:
+        raise UsageError(f"suite {suite.name!r} names unknown {spec.name} preset {preset!r}; valid choices: {', '.join(presets)}")
+    sections: dict[str, Any] = {"net": NetSettings(kind=method.kind), "eval": EvalSettings(), "probe": ProbeConfig(), "checkpoint": CheckpointSettings()}
+    for other in LEARNERS.values():  # every learner's section is stored; the run's is used
+        sections[other.name] = suite_preset(suite, other.name)
+    settings = {k: dict(v) for k, v in spec.regularizer_defaults.items()}
+    for name, kwargs in suite.regularizers.items():
+        settings[name] = {**settings.get(name, {}), **kwargs}
+    for name, kwargs in method.settings.items():  # what makes the method itself, above the suite
+        settings[name] = {**settings.get(name, {}), **kwargs}
+    # Every regularizer the suite sets is checked (a typo there is caught whatever the method);
+    # the run keeps the method's.
+    checked = regularizer_configs(dict.fromkeys([*method.regularizers, *suite.regularizers]), settings)
+    regs = {name: checked[name] for name in method.regularizers}
+    bundle: tuple[str, ...] = ()
+    if req.preset is not None:
+        bundle = OVERRIDE_PRESETS[check_choice(req.preset, tuple(OVERRIDE_PRESETS), "preset")]
+    # Suite network and eval defaults, then the --preset bundle, then --experts/--top-k, then --set: later wins.
+    overrides = [*net_flags(suite.net), *net_flags(suite.eval, "eval"), *bundle, *flags, *req.overrides]
+    sections, regs = apply_overrides(sections, regs, overrides, used=method.regularizers)
+    check_sections(sections)
+    sections["probe"] = _resolve_probe_policy(sections["probe"], suite)
+    if sections["net"].critic_moe is None:  # store the algo default explicitly in config.json
+        sections["net"] = dataclasses.replace(sections["net"], critic_moe=spec.critic_moe)
+    return sections, regs
 
 
 def suite_of(cfg: RunConfig) -> Suite:

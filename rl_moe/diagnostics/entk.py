@@ -21,7 +21,8 @@ the batch), they get per-sample gradients from batched backward passes (``is_gra
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -228,6 +229,26 @@ def entk_gram(
         return p is not None and id(p) in ids
 
     bare = _bare_parameters(module, ids) if forward is None else {}
+    result, expanded, capture = _recorded_forward(module, x, forward, bare)
+    n = x.shape[0]
+    g = _output_tensor(result).reshape(n, -1).sum(1)  # (N,)
+    jobs = _GramJobs.plan(capture, result, expanded, n)
+    leftovers = [p for p in params if id(p) not in jobs.covered]
+    k = torch.zeros(n, n, dtype=torch.float64, device=x.device)
+    if leftovers:
+        k += _per_sample_gram(g, leftovers)
+    if jobs.targets:
+        jobs.add_gram(k, g, expanded, in_set)
+    n_fallback = sum(p.numel() for p in leftovers)
+    n_expanded = sum(bare[name].numel() for name in bare if id(bare[name]) in expanded)
+    return EntkGram(k, sum(p.numel() for p in params), n_fallback, n_expanded)
+
+
+def _recorded_forward(
+    module: nn.Module, x: Tensor, forward: ForwardFn | None, bare: dict[str, Tensor]
+) -> tuple[Any, dict[int, Tensor], "_Capture"]:
+    """The forward whose layers' inputs and outputs are recorded: with the bare parameters
+    expanded per state where that forward reproduces ``module(x)``, else the plain one."""
     expanded: dict[int, Tensor] = {}
     if bare:
         with torch.no_grad():
@@ -243,56 +264,61 @@ def entk_gram(
                 result = (forward or module)(x)
     finally:
         capture.remove()
-    n = x.shape[0]
-    out = _output_tensor(result)
-    g = out.reshape(n, -1).sum(1)  # (N,)
+    return result, expanded, capture
 
-    covered: set[int] = set(expanded)
-    targets: list[Tensor] = list(expanded.values())
-    stacked_jobs = []
-    groups = result.groups if isinstance(result, MoEOutput) else ()
-    for mod, passes in capture.stacked.items():
-        group = next((gr for gr in groups if len(passes) == 1 and gr.expert is passes[0]), None)
-        if group is None:
-            continue  # its parameters fall back to per-sample gradients
-        sp = group.expert
-        targets += [t for t in sp.linear if t.requires_grad]
-        if mod.layer_norm:
-            targets += [t for t in sp.pre if t.requires_grad]
-        stacked_jobs.append((mod, group))
-        covered |= {id(p) for p in mod.parameters()}
-    linear_jobs = []
-    for mod, calls in capture.linear.items():
-        if len(calls) != 1:
-            continue
-        a, z = calls[0]
-        if a.dim() != 2 or a.shape[0] != n or z.shape[0] != n or not z.requires_grad:
-            continue
-        if isinstance(mod, nn.LayerNorm) and len(mod.normalized_shape) != 1:
-            continue
-        targets.append(z)
-        linear_jobs.append((mod, a.detach(), z))
-        covered |= {id(p) for p in mod.parameters(recurse=False)}
 
-    leftovers = [p for p in params if id(p) not in covered]
-    k = torch.zeros(n, n, dtype=torch.float64, device=x.device)
-    if leftovers:
-        k += _per_sample_gram(g, leftovers)
-    if targets:
-        deltas = torch.autograd.grad(g.sum(), targets, allow_unused=True)
-        grads = {id(t): d for t, d in zip(targets, deltas)}
+@dataclass
+class _GramJobs:
+    """The pieces of K computed from one backward of g: expanded per-state parameters, stacked
+    expert layers and plain linear layers (each a target whose gradient the backward returns)."""
+
+    targets: list[Tensor]
+    stacked: list[tuple[nn.Module, Any]]
+    linear: list[tuple[nn.Module, Tensor, Tensor]]
+    covered: set[int]
+
+    @classmethod
+    def plan(cls, capture: "_Capture", result: Any, expanded: dict[int, Tensor], n: int) -> "_GramJobs":
+        jobs = cls(list(expanded.values()), [], [], set(expanded))
+        groups = result.groups if isinstance(result, MoEOutput) else ()
+        for mod, passes in capture.stacked.items():
+            group = next((gr for gr in groups if len(passes) == 1 and gr.expert is passes[0]), None)
+            if group is None:
+                continue  # its parameters fall back to per-sample gradients
+            sp = group.expert
+            jobs.targets += [t for t in sp.linear if t.requires_grad]
+            if mod.layer_norm:
+                jobs.targets += [t for t in sp.pre if t.requires_grad]
+            jobs.stacked.append((mod, group))
+            jobs.covered |= {id(p) for p in mod.parameters()}
+        for mod, calls in capture.linear.items():
+            if len(calls) != 1:
+                continue
+            a, z = calls[0]
+            if a.dim() != 2 or a.shape[0] != n or z.shape[0] != n or not z.requires_grad:
+                continue
+            if isinstance(mod, nn.LayerNorm) and len(mod.normalized_shape) != 1:
+                continue
+            jobs.targets.append(z)
+            jobs.linear.append((mod, a.detach(), z))
+            jobs.covered |= {id(p) for p in mod.parameters(recurse=False)}
+        return jobs
+
+    def add_gram(self, k: Tensor, g: Tensor, expanded: dict[int, Tensor], in_set: Callable[[Tensor | None], bool]) -> None:
+        """Add their share of K into ``k`` (float64, in place, in the order the terms always had),
+        from one backward of sum(g)."""
+        n = k.shape[0]
+        deltas = torch.autograd.grad(g.sum(), self.targets, allow_unused=True)
+        grads = {id(t): d for t, d in zip(self.targets, deltas)}
         for leaf in expanded.values():
             per_sample = grads[id(leaf)]
             if per_sample is not None:
                 flat = per_sample.reshape(n, -1).to(torch.float64)  # (N, p) exact per-state gradients
                 k += flat @ flat.T
-        for mod, group in stacked_jobs:
+        for mod, group in self.stacked:
             d = group.dispatch
             k += _stacked_gram(mod, group.expert, d.sample_idx, d.counts, grads, in_set, n)
-        for mod, a, z in linear_jobs:
+        for mod, a, z in self.linear:
             delta = grads[id(z)]
             if delta is not None:
                 k += _linear_gram(mod, a, delta, in_set).to(torch.float64)
-    n_fallback = sum(p.numel() for p in leftovers)
-    n_expanded = sum(bare[name].numel() for name in bare if id(bare[name]) in expanded)
-    return EntkGram(k, sum(p.numel() for p in params), n_fallback, n_expanded)
