@@ -91,6 +91,19 @@ def shared_task_fields(tasks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {k: v for k, v in tasks[0].items() if k not in ("name", "success_bar") and all(t.get(k) == v for t in tasks)}
 
 
+def protocol_rules(episode_length: Any, tasks: Sequence[Mapping[str, Any]], learner_settings: Any, eval_positions: str) -> dict[str, Any]:
+    """The rules a run's numbers hold under, the one place they are put together (for a run's
+    config, :meth:`RunConfig.rules`, and for a suite run unchanged, ``resolve.suite_rules``): the
+    episode length, the task fields every task shares (MetaWorld's ``positions``,
+    ``reward_version``), PPO's gradient clipping and the evaluation's positions."""
+    return {
+        "episode_length": episode_length,
+        "task_fields": shared_task_fields(tasks),
+        "grad_clip": learner_settings.grad_clip if isinstance(learner_settings, PPOConfig) else None,
+        "eval_positions": eval_positions,
+    }
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that defines a run; saved as ``config.json`` and reloaded by ``--resume``.
@@ -160,13 +173,7 @@ class RunConfig:
         table mixes protocols: the suite's episode length, the task fields every task shares
         (MetaWorld's ``positions``, ``reward_version``), PPO's gradient clipping and the
         evaluation's positions."""
-        section = self.learner_settings
-        return {
-            "episode_length": self.suite_data.get("episode_length"),
-            "task_fields": shared_task_fields(self.suite_data.get("tasks", [])),
-            "grad_clip": section.grad_clip if isinstance(section, PPOConfig) else None,
-            "eval_positions": self.eval.positions,
-        }
+        return protocol_rules(self.suite_data.get("episode_length"), self.suite_data.get("tasks", []), self.learner_settings, self.eval.positions)
 
     @property
     def effective_steps_per_task(self) -> int:

@@ -14,10 +14,10 @@ import torch
 
 from rl_moe.continual.agents import net_configs_for
 from rl_moe.continual.config import (
-    EVAL_POSITIONS, OVERRIDE_PRESETS, EvalSettings, NetSettings, RunConfig, apply_overrides, regularizer_configs, shared_task_fields,
+    EVAL_POSITIONS, OVERRIDE_PRESETS, EvalSettings, NetSettings, RunConfig, apply_overrides, protocol_rules, regularizer_configs,
 )  # fmt: skip
 from rl_moe.continual.intask import CheckpointSettings
-from rl_moe.continual.learners import LEARNERS, AlgoSpec, PPOConfig, check_fast_update, get_learner
+from rl_moe.continual.learners import LEARNERS, AlgoSpec, check_fast_update, get_learner
 from rl_moe.continual.methods import Method, get_method
 from rl_moe.continual.presets import learner_presets
 from rl_moe.continual.probe_states import PROBE_POLICIES, default_probe_policy
@@ -249,13 +249,8 @@ def suite_rules(suite: Suite, algo: str) -> dict[str, Any]:
     """The rules a run of ``suite`` with ``algo`` holds under with no ``--set``: the suite's
     episode length and shared task fields, its learner preset's clipping and its evaluation
     defaults (what :meth:`RunConfig.rules` reports for an unchanged run)."""
-    preset = suite_preset(suite, algo)
-    return {
-        "episode_length": suite.episode_length,
-        "task_fields": shared_task_fields([t.to_dict() for t in suite.tasks]),
-        "grad_clip": preset.grad_clip if isinstance(preset, PPOConfig) else None,
-        "eval_positions": dict(suite.eval).get("positions", EvalSettings().positions),
-    }
+    positions = dict(suite.eval).get("positions", EvalSettings().positions)
+    return protocol_rules(suite.episode_length, [t.to_dict() for t in suite.tasks], suite_preset(suite, algo), positions)
 
 
 def rules_tag(cfg: RunConfig) -> str:
