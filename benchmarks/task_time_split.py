@@ -8,6 +8,7 @@ envs' fast path, separate clipping) and times, on one task:
   split by timing ``VecEnv.step`` within ``collect_rollouts``;
 - the PPO update over one rollout, with SPHERE and with its ρ = 0 (the difference is SPHERE's
   penalty and its second backward);
+- the update's matrix products replayed alone at their own shapes (the update's floor on this core);
 - one deterministic evaluation episode (5 eval envs, the run's evaluator), one probe of the
   plasticity diagnostics, one checkpoint write.
 
@@ -96,6 +97,39 @@ def _update_flops(model) -> float:  # type: ignore[no-untyped-def]
     return float(sum(e.flops for e in prof.key_averages() if e.flops))
 
 
+#: The matrix products of an update as torch's profiler names them, and how to replay each alone
+#: from its recorded input shapes (the first N tensors; addmm's beta/alpha show as empty shapes).
+MATMULS = {"aten::mm": (torch.mm, 2), "aten::addmm": (torch.addmm, 3), "aten::bmm": (torch.bmm, 2), "aten::baddbmm": (torch.baddbmm, 3)}
+
+
+def _matmul_replay(model, rounds: int = 3) -> tuple[float, float, int, list[tuple[str, float]]]:  # type: ignore[no-untyped-def]
+    """One update's matrix products replayed alone, at their own shapes and counts (contiguous
+    random operands, no autograd, no other op between them): (seconds, FLOP, products). The
+    update cannot run faster than this on this core; the rest of its time is everything else
+    (routing, gathers, elementwise work, autograd's bookkeeping, Adam), whose largest ops by self
+    time (under the profiler, which inflates small ops) come last: [(op, share of the profiled time)]."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True, with_flops=True) as prof:
+        model.train()
+    calls = []
+    for e in prof.key_averages(group_by_input_shape=True):
+        if e.key in MATMULS:
+            op, n_in = MATMULS[e.key]
+            shapes = [s for s in e.input_shapes if len(s) > 0][:n_in]
+            calls.append((op, [torch.randn(*s) for s in shapes], e.count, e.flops))
+    averages = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in averages)
+    others = sorted(((e.key, e.self_cpu_time_total / total) for e in averages if e.key not in MATMULS), key=lambda kv: -kv[1])
+    times = []
+    with torch.no_grad():
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for op, args, count, _ in calls:
+                for _ in range(count):
+                    op(*args)
+            times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2], float(sum(c[3] for c in calls)), sum(c[2] for c in calls), others[:8]
+
+
 def _matmul_peak(n: int = 1024, reps: int = 10) -> float:
     """This core's fp32 matmul rate (FLOP/s) on large square matrices: the update's ceiling."""
     a, b = torch.randn(n, n), torch.randn(n, n)
@@ -121,6 +155,7 @@ def main() -> None:
     steps_per_rollout = env.num_envs * args.n_steps
     flops = _update_flops(model)
     peak = _matmul_peak()
+    replay_s, replay_flops, n_products, others = _matmul_replay(model)
 
     factories = task_factories(suite, task, cfg.eval.n_envs, env_seed(0, "eval"))
     t0 = time.perf_counter()
@@ -158,6 +193,10 @@ def main() -> None:
           f"update {1e3 * upd_sphere / steps_per_rollout:.3f} ms (of which SPHERE {1e3 * max(0.0, upd_sphere - upd_topk) / steps_per_rollout:.3f} ms)")  # fmt: skip
     print(f"  the update's matmuls: {flops / 1e9:.1f} GFLOP per rollout at {flops / upd_sphere / 1e9:.1f} GFLOP/s, "
           f"{100 * flops / upd_sphere / peak:.0f}% of this core's measured fp32 matmul peak ({peak / 1e9:.1f} GFLOP/s, 1024² × 1024²)")  # fmt: skip
+    print(f"  the same {n_products:,} matrix products ({replay_flops / 1e9:.1f} GFLOP) replayed alone at their own shapes: "
+          f"{replay_s:.2f} s per rollout, {replay_flops / replay_s / 1e9:.1f} GFLOP/s ({100 * replay_flops / replay_s / peak:.0f}% of the 1024² peak); "
+          f"they are {100 * replay_s / upd_sphere:.0f}% of the update's {upd_sphere:.2f} s, the rest ({upd_sphere - replay_s:.2f} s) is everything else")  # fmt: skip
+    print("  the largest other ops by self time under the profiler: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in others))
 
 
 if __name__ == "__main__":

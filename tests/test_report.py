@@ -534,3 +534,20 @@ def test_the_report_says_how_far_the_methods_are_from_separating(report: tuple[P
     row = table_row(md, caption, "sphere")
     assert row[0] == "2 / 2" and row[2] in ("yes", "not separated yet") and all(0.0 <= float(v) <= 1.0 for v in row[3:])
     assert len(row) == 8  # runs, difference, verdict, 4 chances, the false-separation rate
+
+
+def test_a_set_variant_of_a_method_is_its_own_group() -> None:
+    """The screen's runs are all ``--method sphere`` or ``sphere_guard``; those with ``--set
+    reg.sphere.*`` are other methods and must not fill the same seed slots (before, rho0.001-s0
+    and lossratio-s0 were one method's seed 0 and one of them was dropped)."""
+    from rl_moe.continual.resolve import RunRequest, moved_settings, resolve
+
+    screen = Path(__file__).resolve().parents[1] / "results" / "sphere-screen"
+    groups = {k.method: tuple(r.seed for r in v) for k, v in load_runs([screen]).groups.items()}
+    assert groups["sphere [sphere.coef_mode=loss_ratio, sphere.rho=0.05]"] == (0, 1)
+    assert groups["sphere [sphere.rho=0.001]"][0] == 0
+    assert "sphere" not in groups and groups["sphere_guard"] == (0, 1)
+    plain = resolve(RunRequest(suite="smoke", method="sphere", tasks=1))
+    assert moved_settings(plain) == {}
+    moved = resolve(RunRequest(suite="smoke", method="sphere", tasks=1, overrides=("reg.sphere.rho=0.001", "reg.sphere.eps=1e-8")))
+    assert moved_settings(moved) == {"sphere.rho": 0.001}  # eps=1e-8 is the method's own value

@@ -18,7 +18,7 @@ from rl_moe.continual.config import (
 )  # fmt: skip
 from rl_moe.continual.intask import CheckpointSettings
 from rl_moe.continual.learners import LEARNERS, AlgoSpec, check_fast_update, get_learner
-from rl_moe.continual.methods import Method, get_method
+from rl_moe.continual.methods import METHODS, Method, get_method
 from rl_moe.continual.presets import learner_presets
 from rl_moe.continual.probe_states import PROBE_POLICIES, default_probe_policy
 from rl_moe.diagnostics.probe import ProbeConfig
@@ -213,14 +213,9 @@ def _sections(req: RunRequest, suite: Suite, spec: AlgoSpec, method: Method) -> 
     sections: dict[str, Any] = {"net": NetSettings(kind=method.kind), "eval": EvalSettings(), "probe": ProbeConfig(), "checkpoint": CheckpointSettings()}
     for other in LEARNERS.values():  # every learner's section is stored; the run's is used
         sections[other.name] = suite_preset(suite, other.name)
-    settings = {k: dict(v) for k, v in spec.regularizer_defaults.items()}
-    for name, kwargs in suite.regularizers.items():
-        settings[name] = {**settings.get(name, {}), **kwargs}
-    for name, kwargs in method.settings.items():  # what makes the method itself, above the suite
-        settings[name] = {**settings.get(name, {}), **kwargs}
     # Every regularizer the suite sets is checked (a typo there is caught whatever the method);
     # the run keeps the method's.
-    checked = regularizer_configs(dict.fromkeys([*method.regularizers, *suite.regularizers]), settings)
+    checked = regularizer_configs(dict.fromkeys([*method.regularizers, *suite.regularizers]), _regularizer_settings(suite, spec, method))
     regs = {name: checked[name] for name in method.regularizers}
     bundle: tuple[str, ...] = ()
     if req.preset is not None:
@@ -234,6 +229,35 @@ def _sections(req: RunRequest, suite: Suite, spec: AlgoSpec, method: Method) -> 
         sections["net"] = dataclasses.replace(sections["net"], critic_moe=spec.critic_moe)
     return sections, regs
 
+
+def _regularizer_settings(suite: Suite, spec: AlgoSpec, method: Method) -> dict[str, dict[str, Any]]:
+    """Regularizer keyword settings before ``--set``: the learner's defaults, then the suite's,
+    then what makes the method itself (later wins)."""
+    settings = {k: dict(v) for k, v in spec.regularizer_defaults.items()}
+    for name, kwargs in suite.regularizers.items():
+        settings[name] = {**settings.get(name, {}), **kwargs}
+    for name, kwargs in method.settings.items():
+        settings[name] = {**settings.get(name, {}), **kwargs}
+    return settings
+
+
+def moved_settings(cfg: RunConfig) -> dict[str, Any]:
+    """The method's regularizer settings this run moved away from the method's own (``--set
+    reg.<name>.<field>``), as ``{"<name>.<field>": value}``: a run of ``--method sphere --set
+    reg.sphere.rho=0.001`` is another method than ``--method sphere``, and the report says so.
+    Measured against today's method definitions, so a run made before a default changed shows
+    the setting it ran with."""
+    method = METHODS.get(cfg.method)
+    if method is None:
+        return {}
+    own = regularizer_configs(method.regularizers, _regularizer_settings(suite_of(cfg), get_learner(cfg.algo), method))
+    moved = {}
+    for name, config in cfg.regularizers.items():
+        for f in dataclasses.fields(config):
+            value = getattr(config, f.name)
+            if name in own and getattr(own[name], f.name) != value:
+                moved[f"{name}.{f.name}"] = value
+    return moved
 
 def suite_of(cfg: RunConfig) -> Suite:
     """The suite stored in a run's configuration."""

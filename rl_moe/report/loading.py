@@ -14,7 +14,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rl_moe.continual.config import RunConfig
+from rl_moe.continual.resolve import moved_settings
 from rl_moe.envs.suites import current_suite_name
+from rl_moe.errors import UsageError
 from rl_moe.rundir import RunDir
 
 SCHEMA_VERSION = 1
@@ -162,6 +165,21 @@ def parse_results(data: Any, path: Path) -> Run:
     )
 
 
+def with_moved_settings(run: Run) -> Run:
+    """The run, its method named with the regularizer settings it moved away from the method's
+    own (``sphere [sphere.rho=0.001]``, :func:`rl_moe.continual.resolve.moved_settings`), so that
+    a ``--set reg.*`` variant never shares a table row or a seed slot with the method itself.
+    Runs without a readable ``config.json`` keep their method's name."""
+    try:
+        moved = moved_settings(RunConfig.from_dict(json.loads((run.path / "config.json").read_text())))
+    except (OSError, ValueError, KeyError, TypeError, UsageError):
+        return run  # no config.json, or one this version cannot read
+    if not moved:
+        return run
+    label = ", ".join(f"{k}={v}" for k, v in sorted(moved.items()))
+    return replace(run, key=replace(run.key, method=f"{run.key.method} [{label}]"))
+
+
 def _rule_parts(rules: dict[str, Any]) -> dict[str, str]:
     """Each recorded rule as the words the report prints for it."""
     parts = {"episode_length": f"{rules.get('episode_length')}-step episodes"}
@@ -255,7 +273,7 @@ def load_runs(paths: list[Path]) -> RunSet:
             data = json.loads(f.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise ReportError(f"{f}: unreadable results ({exc})") from None
-        runs.append(parse_results(data, f))
+        runs.append(with_moved_settings(parse_results(data, f)))
     by_suite: dict[str, Run] = {}
     for r in runs:
         ref = by_suite.setdefault(r.key.suite, r)

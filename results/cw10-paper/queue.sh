@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Slice runs for issue 45 (hammer -> push-wall -> faucet-close, CRL, cw10-paper's rules, 1M steps per task).
+# commit 38279e8 (fast path, bit-identical to 4ec34fb per tests/test_metaworld_fast.py), worktree ~/rl_moe-exp3, venv ~/venv-exp3
+# usage: queue.sh WAIT_PID METHOD:SEED [METHOD:SEED ...]   (METHOD may carry --set strings after a second colon)
+wait_pid=$1; shift
+while kill -0 "$wait_pid" 2>/dev/null; do sleep 20; done
+for spec in "$@"; do
+  method=${spec%%:*}; rest=${spec#*:}; seed=${rest%%:*}; sets=""; [ "$rest" != "$seed" ] && sets=${rest#*:}
+  name=${NAME_PREFIX:-ppo-$method}-crl-s$seed
+  d=~/rl_moe-runs/cw10-paper/$name; mkdir -p "$d"
+  extra=(); for s in $sets; do extra+=(--set "$s"); done
+  cmd=(python -m rl_moe.crl --suite cw10-paper --method "$method" --algo ppo --protocol crl --seed "$seed" --run-dir "$d" --no-progress --vec-env dummy --threads 1 --tasks 3 --set probe.online=true "${extra[@]}")
+  echo "\$ ${cmd[*]}   # commit 38279e8, worktree ~/rl_moe-exp3, venv ~/venv-exp3, $(date -u +%FT%TZ)" >> "$d/sweep.log"
+  (cd ~/rl_moe-exp3 && OMP_NUM_THREADS=1 nice -n 10 ~/venv-exp3/bin/"${cmd[@]}" >> "$d/sweep.log" 2>&1)
+done
