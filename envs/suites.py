@@ -20,7 +20,7 @@ from rl_moe.envs.suite_spec import SUCCESS_TYPES, Suite, TaskSpec
 from rl_moe.errors import UsageError, check_keys
 
 __all__ = [
-    "SUCCESS_TYPES", "SUITE_ALIASES", "Suite", "TaskSpec", "builtin_suites", "current_suite_name", "load_suite", "net_flags",
+    "SUCCESS_TYPES", "SUITE_ALIASES", "Suite", "TaskSpec", "builtin_suites", "current_suite_name", "load_suite",
     "suite_from_dict",
 ]  # fmt: skip
 
@@ -82,18 +82,6 @@ def _with_defaults(task: TaskSpec, defaults: Mapping[str, Any]) -> TaskSpec:
     if "name" in defaults or "success_bar" in defaults:
         raise ValueError("task_defaults may not set name or success_bar")
     return dataclasses.replace(task, params={**defaults, **task.params})
-
-
-def net_flags(net: Mapping[str, Any], section: str = "net") -> list[str]:
-    """A suite's ``net`` (or ``eval``) defaults as ``<section>.<field>=<value>`` override strings,
-    so they are parsed and checked exactly like ``--set`` (lists become ``64,64``)."""
-
-    def text(value: Any) -> str:
-        if isinstance(value, (list, tuple)):
-            return ",".join(str(v) for v in value)
-        return str(value).lower() if isinstance(value, bool) else str(value)
-
-    return [f"{section}.{key}={text(value)}" for key, value in net.items()]
 
 
 #: Top-level keys of a suite file (``probe_task``: files written before ``probe_tasks``).

@@ -350,6 +350,17 @@ def test_suite_network_defaults_sit_under_preset_and_set(tmp_path: Path, capsys:
     assert resolve(RunRequest(suite="smoke", overrides=("net.hidden=16",))).net.hidden == (16,)  # --set too
     assert resolve(RunRequest(suite="cw10-cw", method="topk")).net.hidden == (256, 256, 256)  # SPHERE Table 2
     data = json.loads((SUITES / "smoke.json").read_text())
+    # the suite's defaults go in as typed values (no text round trip): an int where a float is due
+    # becomes that float, a list a tuple; any other type is refused in one line
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({**data, "net": {"temperature": 2, "hidden": [8, 8]}, "eval": {"n_episodes": 3, "full_matrix": False}}))
+    cfg = resolve(RunRequest(suite=str(good), algo="td3", method="topk"))
+    assert (cfg.net.temperature, type(cfg.net.temperature), cfg.net.hidden) == (2.0, float, (8, 8))
+    assert (cfg.eval.n_episodes, cfg.eval.full_matrix) == (3, False)
+    for section, bad in (("eval", {"n_episodes": 2.5}), ("eval", {"full_matrix": 1}), ("net", {"temperature": "hot"})):
+        good.write_text(json.dumps({**data, section: bad}))
+        with pytest.raises(UsageError, match=f"bad value .* for {section}.{next(iter(bad))}: expected"):
+            resolve(RunRequest(suite=str(good), algo="td3", method="topk"))
     for bad, message in (({"kind": "dense"}, "unknown net setting 'kind'"), ({"hiden": [8]}, "unknown net setting 'hiden'"), ({"hidden": "x,y"}, "net.hidden")):
         path = tmp_path / "bad.json"
         path.write_text(json.dumps({**data, "net": bad}))

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -18,6 +19,7 @@ from rl_moe.continual.intask import CheckpointSettings
 from rl_moe.continual.learners import LEARNERS, PPOConfig, TD3Config, get_learner
 from rl_moe.continual.methods import METHODS
 from rl_moe.diagnostics.probe import ProbeConfig
+from rl_moe.envs.suites import Suite, suite_from_dict
 from rl_moe.errors import UsageError
 from rl_moe.nn import NetConfig
 from rl_moe.regularizers import REGISTRY
@@ -159,6 +161,12 @@ class RunConfig:
     def suite_name(self) -> str:
         return str(self.suite_data.get("name", self.suite))
 
+    @functools.cached_property
+    def suite_spec(self) -> Suite:
+        """The typed suite of ``suite_data``, validated once per config (``suite_data`` is what
+        ``config.json`` keeps, so that a resumed run does not depend on the suite file)."""
+        return suite_from_dict(self.suite_data, source=self.suite)
+
     def sections(self) -> dict[str, Any]:
         """The ``--set``-able settings sections by name (the keys of :data:`SECTIONS`)."""
         return {"net": self.net, "ppo": self.ppo, "td3": self.td3, "eval": self.eval, "probe": self.probe, "checkpoint": self.checkpoint}
@@ -271,6 +279,35 @@ def parse_value(text: str, hint: Any, key: str) -> Any:
         what = "finite float" if hint is float else hint.__name__ if isinstance(hint, type) else str(hint)
         raise UsageError(f"bad value {text!r} for {key}: expected {'an' if what == 'int' else 'a'} {what}") from None
     return text
+
+
+def typed_value(value: Any, hint: Any, key: str) -> Any:
+    """A suite file's JSON ``value`` as the type ``hint`` of field ``key``, without a round trip
+    through text: lists become tuples and an int a float where a float is due (as ``--set``
+    parses them); any other type is one line naming the value and the type."""
+    args = typing.get_args(hint)
+    if type(None) in args:
+        if value is None:
+            return None
+        hint = next(a for a in args if a is not type(None))
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if typing.get_origin(hint) is tuple and isinstance(value, (list, tuple)):
+        return tuple(typed_value(v, typing.get_args(hint)[0], key) for v in value)
+    if hint is float and number and math.isfinite(value):
+        return float(value)
+    if hint is int and number and float(value).is_integer():
+        return int(value)
+    if hint in (bool, str) and isinstance(value, hint):
+        return value
+    what = "finite float" if hint is float else hint.__name__ if isinstance(hint, type) else str(hint)
+    raise UsageError(f"bad value {value!r} for {key}: expected {'an' if what == 'int' else 'a'} {what}")
+
+
+def with_settings(section: Any, given: Mapping[str, Any], name: str) -> Any:
+    """``section`` (a settings dataclass) with a suite's defaults for it (its ``net`` or ``eval``
+    object) put in as typed values; the field names were checked by the suite's loader."""
+    hints = typing.get_type_hints(type(section))
+    return dataclasses.replace(section, **{k: typed_value(v, hints[k], f"{name}.{k}") for k, v in given.items()})
 
 
 def regularizer_fields(name: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import torch
 
 from rl_moe.continual.agents import net_configs_for
 from rl_moe.continual.config import (
-    EVAL_POSITIONS, OVERRIDE_PRESETS, EvalSettings, NetSettings, RunConfig, apply_overrides, protocol_rules, regularizer_configs,
+    EVAL_POSITIONS, OVERRIDE_PRESETS, EvalSettings, NetSettings, RunConfig, apply_overrides, protocol_rules, regularizer_configs, with_settings,
 )  # fmt: skip
 from rl_moe.continual.intask import CheckpointSettings
 from rl_moe.continual.learners import LEARNERS, AlgoSpec, check_fast_update, get_learner
@@ -24,7 +24,7 @@ from rl_moe.continual.probe_states import PROBE_POLICIES, default_probe_policy
 from rl_moe.diagnostics.probe import ProbeConfig
 from rl_moe.envs.factories import resolve_vec_env_type
 from rl_moe.envs.families import FAMILIES
-from rl_moe.envs.suites import Suite, load_suite, net_flags, suite_from_dict
+from rl_moe.envs.suites import Suite, load_suite
 from rl_moe.errors import UsageError, check_choice, check_keys, check_positive
 from rl_moe.provenance import code_version
 from rl_moe.regularizers import REGISTRY
@@ -210,7 +210,10 @@ def _sections(req: RunRequest, suite: Suite, spec: AlgoSpec, method: Method) -> 
     preset = suite.presets.get(spec.name, DEFAULT_PRESET)
     if preset not in presets:
         raise UsageError(f"suite {suite.name!r} names unknown {spec.name} preset {preset!r}; valid choices: {', '.join(presets)}")
-    sections: dict[str, Any] = {"net": NetSettings(kind=method.kind), "eval": EvalSettings(), "probe": ProbeConfig(), "checkpoint": CheckpointSettings()}
+    # The suite's network and eval defaults go in as typed values; the --preset bundle,
+    # --experts/--top-k and --set come after them (later wins).
+    net, evals = with_settings(NetSettings(kind=method.kind), suite.net, "net"), with_settings(EvalSettings(), suite.eval, "eval")
+    sections: dict[str, Any] = {"net": net, "eval": evals, "probe": ProbeConfig(), "checkpoint": CheckpointSettings()}
     for other in LEARNERS.values():  # every learner's section is stored; the run's is used
         sections[other.name] = suite_preset(suite, other.name)
     # Every regularizer the suite sets is checked (a typo there is caught whatever the method);
@@ -220,8 +223,7 @@ def _sections(req: RunRequest, suite: Suite, spec: AlgoSpec, method: Method) -> 
     bundle: tuple[str, ...] = ()
     if req.preset is not None:
         bundle = OVERRIDE_PRESETS[check_choice(req.preset, tuple(OVERRIDE_PRESETS), "preset")]
-    # Suite network and eval defaults, then the --preset bundle, then --experts/--top-k, then --set: later wins.
-    overrides = [*net_flags(suite.net), *net_flags(suite.eval, "eval"), *bundle, *flags, *req.overrides]
+    overrides = [*bundle, *flags, *req.overrides]
     sections, regs = apply_overrides(sections, regs, overrides, used=method.regularizers)
     check_sections(sections)
     sections["probe"] = _resolve_probe_policy(sections["probe"], suite)
@@ -260,8 +262,8 @@ def moved_settings(cfg: RunConfig) -> dict[str, Any]:
     return moved
 
 def suite_of(cfg: RunConfig) -> Suite:
-    """The suite stored in a run's configuration."""
-    return suite_from_dict(cfg.suite_data, source=cfg.suite)
+    """The suite stored in a run's configuration (typed once per config)."""
+    return cfg.suite_spec
 
 
 #: The protocol rules a ``--set`` can move away from its suite's, and their names in run folders
