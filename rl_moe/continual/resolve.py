@@ -255,10 +255,8 @@ def moved_settings(cfg: RunConfig) -> dict[str, Any]:
     own = regularizer_configs(method.regularizers, _regularizer_settings(suite_of(cfg), get_learner(cfg.algo), method))
     moved = {}
     for name, config in cfg.regularizers.items():
-        for f in dataclasses.fields(config):
-            value = getattr(config, f.name)
-            if name in own and getattr(own[name], f.name) != value:
-                moved[f"{name}.{f.name}"] = value
+        theirs = dataclasses.asdict(own[name]) if name in own else {}
+        moved.update({f"{name}.{k}": v for k, v in dataclasses.asdict(config).items() if name in own and theirs[k] != v})
     return moved
 
 def suite_of(cfg: RunConfig) -> Suite:
