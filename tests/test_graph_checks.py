@@ -100,3 +100,37 @@ def test_acting_graph_checks_its_first_replay(faithful: bool, monkeypatch: pytes
     else:
         assert len(messages) == 1 and "rollout acting" in messages[0]
         assert act is None and not acting.cuda_graphs and acting._captured is None
+
+
+def _refusing_capture(fn: Callable[[], Any], device: torch.device, warmup: int = 0) -> Any:
+    raise RuntimeError("operation not permitted when stream is capturing")
+
+
+def test_a_refused_capture_falls_back_to_eager_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both graphed pieces share one fallback rule (graphs.GraphGuard): a capture that refuses an
+    op warns once, and the update and the acting then run eagerly with the eager results."""
+    reference = _ppo()
+    reference._fast_updater().static = True
+    reference.learn(128)
+    model = _ppo()
+    updater = model._fast_updater()
+    updater.static, updater.graphed.enabled = True, True
+    monkeypatch.setattr(graphs_module, "capture", _refusing_capture)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.learn(128)
+    messages = [str(w.message) for w in caught if "capture" in str(w.message) and "failed" in str(w.message)]
+    assert len(messages) == 1 and "PPO update" in messages[0]
+    assert not updater.graphed.enabled and not updater.graphed.graphs
+    for a, b in zip(reference.policy.parameters(), model.policy.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+    acting = model._acting_graph()
+    assert acting is not None
+    acting.cuda_graphs = True
+    monkeypatch.setattr(rollout_module, "capture", _refusing_capture)
+    obs = torch.zeros(2, 3)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        assert acting._acting(model.policy.forward, obs) is None
+    assert sum("rollout acting" in str(w.message) for w in caught) == 1 and not acting.cuda_graphs

@@ -82,6 +82,37 @@ def replay_failed(what: str, diff: float) -> None:
     warnings.warn(f"CUDA graph of the {what} disagreed with an eager call on its first replay (max |difference| {diff:.3g}); it runs without graphs", stacklevel=3)
 
 
+class GraphGuard:
+    """The one fallback rule of every graphed piece of code (the PPO update's minibatch step, the
+    rollout's policy call): a capture that refuses an op, or a first replay that disagrees with an
+    eager call, gives one warning, and the code runs eagerly from then on.
+
+    :param what: the code's name in the warnings ("PPO update", "rollout acting")
+    :param enabled: False: always eager
+    """
+
+    def __init__(self, what: str, enabled: bool = True) -> None:
+        self.what, self.enabled = what, enabled
+
+    def captured(self, build: Callable[[], T]) -> T | None:
+        """``build()``, a capture; None (with the warning, and eager from now on) when it is refused."""
+        try:
+            return build()
+        except RuntimeError as exc:  # an op the capture refuses
+            capture_failed(self.what, exc)
+            self.enabled = False
+            return None
+
+    def replay_agrees(self, diff: float | None) -> bool:
+        """Whether a first replay matched its eager twin (``diff`` from :func:`replay_mismatch`);
+        on a mismatch, the warning, and eager from now on."""
+        if diff is None:
+            return True
+        replay_failed(self.what, diff)
+        self.enabled = False
+        return False
+
+
 class StateOps(NamedTuple):
     """How a :class:`GraphedStep` saves and restores everything its step writes."""
 
@@ -116,10 +147,18 @@ class GraphedStep:
         enabled: bool = True,
     ) -> None:
         self.what, self.step, self.state, self.key, self.before_capture = what, step, state, key, before_capture
-        self.enabled = enabled
+        self.guard = GraphGuard(what, enabled)
         self.graphs: dict[int, tuple[Any, torch.Tensor]] = {}  # index length -> (graph, its index buffer)
         self.verified: set[int] = set()  # index lengths whose graph passed its first-replay check
         self._key: tuple[Any, ...] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.guard.enabled
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        self.guard.enabled = value
 
     def __call__(self, index: torch.Tensor) -> None:
         if not self.enabled:
@@ -132,13 +171,12 @@ class GraphedStep:
             self._key = key
         size = index.shape[0]
         if size not in self.graphs:
-            try:
-                self.graphs[size] = self._capture(index)
-            except RuntimeError as exc:  # an op the capture refuses: run eagerly from now on
-                capture_failed(self.what, exc)
+            built = self.guard.captured(lambda: self._capture(index))
+            if built is None:  # refused: eager from now on
                 self._disable()
                 self.step(index)
                 return
+            self.graphs[size] = built
         graph, buffer = self.graphs[size]
         if size not in self.verified:
             self._first_replay(graph, buffer, index)
@@ -168,11 +206,9 @@ class GraphedStep:
         self.state.restore(saved)
         buffer.copy_(index)
         graph.replay()
-        diff = replay_mismatch(self.state.outputs(), eager)
-        if diff is None:
+        if self.guard.replay_agrees(replay_mismatch(self.state.outputs(), eager)):
             self.verified.add(index.shape[0])
             return
-        replay_failed(self.what, diff)
         self.state.restore(saved)
         self.step(index)
         self._disable()

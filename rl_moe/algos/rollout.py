@@ -28,7 +28,7 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.policies import ActorCriticPolicy
 from torch import Tensor
 
-from rl_moe.algos.graphs import capture, capture_failed, replay_failed, replay_mismatch
+from rl_moe.algos.graphs import GraphGuard, capture, replay_mismatch
 from rl_moe.algos.learner import PPOLearner
 
 
@@ -147,9 +147,19 @@ class GraphedActing:
 
     def __init__(self, algo: PPOLearner, cuda_graphs: bool = True) -> None:
         self.algo = algo
-        self.cuda_graphs = cuda_graphs and algo.device.type == "cuda"
+        self.guard = GraphGuard("rollout acting", cuda_graphs and algo.device.type == "cuda")
         self._captured: _CapturedActing | None = None
         self._captured_key: tuple[Any, ...] | None = None
+
+    @property
+    def cuda_graphs(self) -> bool:
+        """Whether the policy call is replayed from a graph (False after a refused capture or a
+        first replay that disagreed)."""
+        return self.guard.enabled
+
+    @cuda_graphs.setter
+    def cuda_graphs(self, value: bool) -> None:
+        self.guard.enabled = value
 
     @contextmanager
     def installed(self) -> Iterator[None]:
@@ -178,15 +188,9 @@ class GraphedActing:
         key = (id(policy), tuple(obs.shape), tuple(p.data_ptr() for p in policy.parameters()))
         if key != self._captured_key:
             self._captured, self._captured_key = None, key
-            try:
-                self._captured = _CapturedActing(eager, obs)
-            except RuntimeError as exc:  # an op the capture refuses: act eagerly
-                capture_failed("rollout acting", exc)
-                self.cuda_graphs = False
+            captured = self.guard.captured(lambda: _CapturedActing(eager, obs))
+            # the graph checks itself on its first replay
+            if captured is None or not self.guard.replay_agrees(captured.mismatch(policy, obs)):
                 return None
-            diff = self._captured.mismatch(policy, obs)
-            if diff is not None:  # the graph checks itself on its first replay
-                replay_failed("rollout acting", diff)
-                self.cuda_graphs, self._captured = False, None
-                return None
+            self._captured = captured
         return self._captured if self.cuda_graphs else None
