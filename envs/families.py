@@ -82,14 +82,15 @@ class EnvFamily:
 #: metaworld 3.x's default; "v1" is the earlier formulation that every v3 env keeps as an option
 #: (``reward_function_version``), closer to the v1 tasks Continual World was defined on.
 METAWORLD_REWARD_VERSIONS: tuple[str, ...] = ("v2", "v1")
-#: MetaWorld's position rules, picked per task by the suite field ``positions``: "resample" draws
+#: MetaWorld's position rules, picked per task by the suite field ``position_rule`` (``positions``
+#: in files written before 2026-11-26, still read): "resample" draws
 #: a fresh object and goal position at every reset from the env's seeded generator (Continual
 #: World's rule); "fixed" keeps the position each env drew at construction from its seed, as
 #: MetaWorld's goal-observable classes do (the SPHERE authors' code trains on those).
 METAWORLD_POSITIONS: tuple[str, ...] = ("resample", "fixed")
 #: MetaWorld task fields a suite file may set besides ``name`` (``task_defaults`` sets them for
 #: every task of the suite).
-METAWORLD_TASK_FIELDS: tuple[str, ...] = ("reward_version", "positions")
+METAWORLD_TASK_FIELDS: tuple[str, ...] = ("reward_version", "position_rule")
 
 
 def metaworld_reward_version(task: TaskSpec) -> str:
@@ -98,8 +99,8 @@ def metaworld_reward_version(task: TaskSpec) -> str:
 
 
 def metaworld_positions(task: TaskSpec) -> str:
-    """The position rule of ``task`` (``positions``, default "resample")."""
-    return str(task.params.get("positions", METAWORLD_POSITIONS[0]))
+    """The position rule of ``task`` (``position_rule``, default "resample")."""
+    return str(task.params.get("position_rule", METAWORLD_POSITIONS[0]))
 
 
 #: Environment variable that turns the MetaWorld fast path off ("0"); read where each env is built,
@@ -154,7 +155,7 @@ def _check_metaworld_tasks(suite: Suite) -> None:
             )
         if metaworld_positions(t) not in METAWORLD_POSITIONS:
             raise UsageError(
-                f"unknown positions {t.params['positions']!r} of MetaWorld task {t.name!r}; "
+                f"unknown position_rule {t.params['position_rule']!r} of MetaWorld task {t.name!r}; "
                 f"valid choices: {', '.join(METAWORLD_POSITIONS)}"
             )
 

@@ -16,6 +16,19 @@ from typing import Any
 SUCCESS_TYPES: tuple[str, ...] = ("info", "return")
 
 
+#: Task fields renamed since suite files and run folders were written: old name -> today's. They
+#: are read under either name, from suite files, stored configs and results alike.
+#: ``positions`` (MetaWorld's ``fixed``/``resample`` rule) became ``position_rule``, so that it cannot
+#: be confused with ``eval.positions`` (which positions a task is scored on).
+RENAMED_TASK_FIELDS: dict[str, str] = {"positions": "position_rule"}
+
+
+def current_task_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``fields`` (a task, a suite's ``task_defaults`` or a run's recorded ``task_fields``) under
+    today's field names (:data:`RENAMED_TASK_FIELDS`)."""
+    return {RENAMED_TASK_FIELDS.get(k, k): v for k, v in fields.items()}
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """One task of a suite.
@@ -29,11 +42,15 @@ class TaskSpec:
     success_bar: float | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # however it is built, a task holds today's field names (a frozen dataclass: set once here)
+        object.__setattr__(self, "params", current_task_fields(self.params))
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | str) -> TaskSpec:
         if isinstance(data, str):
             return cls(name=data)
-        data = dict(data)
+        data = current_task_fields(data)
         name = data.pop("name")
         bar = data.pop("success_bar", None)
         return cls(name=str(name), success_bar=None if bar is None else float(bar), params=data)

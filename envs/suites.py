@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_moe.envs.families import FAMILIES, load_family_module
-from rl_moe.envs.suite_spec import SUCCESS_TYPES, Suite, TaskSpec
+from rl_moe.envs.suite_spec import SUCCESS_TYPES, Suite, TaskSpec, current_task_fields
 from rl_moe.errors import UsageError, check_keys
 
 __all__ = [
@@ -76,12 +76,12 @@ def _probe_tasks(data: Mapping[str, Any]) -> tuple[TaskSpec, ...]:
 
 def _with_defaults(task: TaskSpec, defaults: Mapping[str, Any]) -> TaskSpec:
     """``task`` with the suite's ``task_defaults`` beneath its own fields (a protocol rule such as
-    MetaWorld's ``positions`` written once for the suite; each task keeps it in ``to_dict``)."""
+    MetaWorld's ``position_rule`` written once for the suite; each task keeps it in ``to_dict``)."""
     if not defaults:
         return task
     if "name" in defaults or "success_bar" in defaults:
         raise ValueError("task_defaults may not set name or success_bar")
-    return dataclasses.replace(task, params={**defaults, **task.params})
+    return dataclasses.replace(task, params={**current_task_fields(defaults), **task.params})
 
 
 #: Top-level keys of a suite file (``probe_task``: files written before ``probe_tasks``).

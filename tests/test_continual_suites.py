@@ -36,7 +36,7 @@ def test_builtin_suites_and_protocol_facts() -> None:
     assert paper.task_names == cw10.task_names and paper20.task_names == cw20.task_names
     for suite in (paper, paper20):
         assert (suite.steps_per_task, suite.episode_length) == (1_000_000, 500)
-        assert {t.params["positions"] for t in suite.tasks} == {"fixed"} and suite.eval == {"positions": "both"}
+        assert {t.params["position_rule"] for t in suite.tasks} == {"fixed"} and suite.eval == {"positions": "both"}
         assert suite.presets["ppo"] == "metaworld-paper"
     assert hb5.task_names == ("h1-stand-v0", "h1-walk-v0", "h1-pole-v0", "h1-slide-v0", "h1-run-v0")
     assert [t.success_bar for t in hb5.tasks] == [800.0, 700.0, 700.0, 700.0, 700.0]

@@ -30,7 +30,7 @@ TASKS = [t.name for t in (*PAPER.tasks, *PAPER.probe_tasks)]
 
 def _env(task: str, positions: str, length: int, fast: bool, monkeypatch: pytest.MonkeyPatch, seed: int = 3) -> Any:
     monkeypatch.setenv(METAWORLD_FAST_VAR, "1" if fast else "0")
-    env = EnvFactory("metaworld", TaskSpec(task, params={"positions": positions}), length, "info", seed)()
+    env = EnvFactory("metaworld", TaskSpec(task, params={"position_rule": positions}), length, "info", seed)()
     assert metaworld_fast.is_fast(env) == fast
     return env
 

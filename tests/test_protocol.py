@@ -46,8 +46,8 @@ def test_paper_suite_states_its_protocol() -> None:
     paper, cw = load_suite("cw10"), load_suite("cw10-cw")
     assert paper.task_names == cw.task_names
     assert paper.episode_length == 500 and cw.episode_length == 200
-    assert all(t.params["positions"] == "fixed" for t in (*paper.tasks, *paper.probe_tasks))
-    assert all("positions" not in t.params for t in cw.tasks)
+    assert all(t.params["position_rule"] == "fixed" for t in (*paper.tasks, *paper.probe_tasks))
+    assert all("position_rule" not in t.params for t in cw.tasks)
     cfg = resolve(RunRequest(suite="cw10", method="topk", tasks=1))
     assert cfg.ppo.grad_clip == "separate" and cfg.eval.positions == "both"
     assert resolve(RunRequest(suite="cw10-cw", method="topk", tasks=1)).ppo.grad_clip == "joint"
@@ -55,13 +55,17 @@ def test_paper_suite_states_its_protocol() -> None:
 
 def test_task_defaults_sit_beneath_a_tasks_own_fields() -> None:
     data = json.loads((SUITES / "cw10-cw.json").read_text())
+    data["task_defaults"] = {"position_rule": "fixed"}
+    data["tasks"][1] = {"name": data["tasks"][1]["name"], "position_rule": "resample"}
+    suite = suite_from_dict(data)
+    assert suite.tasks[0].params["position_rule"] == "fixed" and suite.tasks[1].params["position_rule"] == "resample"
+    assert suite_from_dict(suite.to_dict()).tasks == suite.tasks  # config.json round trip
+    # files and stored configs written before the rename said "positions": read as today's name
     data["task_defaults"] = {"positions": "fixed"}
     data["tasks"][1] = {"name": data["tasks"][1]["name"], "positions": "resample"}
-    suite = suite_from_dict(data)
-    assert suite.tasks[0].params["positions"] == "fixed" and suite.tasks[1].params["positions"] == "resample"
-    assert suite_from_dict(suite.to_dict()).tasks == suite.tasks  # config.json round trip
-    data["task_defaults"] = {"positions": "frozen"}
-    with pytest.raises(UsageError, match="positions 'frozen'.*resample, fixed"):
+    assert suite_from_dict(data).tasks == suite.tasks
+    data["task_defaults"] = {"position_rule": "frozen"}
+    with pytest.raises(UsageError, match="position_rule 'frozen'.*resample, fixed"):
         FAMILIES["metaworld"].check_tasks(suite_from_dict(data))
     data["task_defaults"] = {"name": "x"}
     with pytest.raises(UsageError, match="task_defaults may not set name"):
@@ -173,7 +177,7 @@ def test_paper_suite_run_records_its_rules_stages_and_both_views(tmp_path: Path)
     assert rc == 0
     (run,) = [p for p in out.glob("*/*") if p.is_dir()]
     res = json.loads((run / "results.json").read_text())
-    assert res["rules"] == {"episode_length": 500, "task_fields": {"positions": "fixed"}, "grad_clip": "separate", "eval_positions": "both"}
+    assert res["rules"] == {"episode_length": 500, "task_fields": {"position_rule": "fixed"}, "grad_clip": "separate", "eval_positions": "both"}
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(run / "tb"))

@@ -464,6 +464,7 @@ def test_eval_curve_drops_at_a_task_boundary_instead_of_jumping_back(runs_root: 
     assert curve.values.tolist() == [0.0, 0.5, 0.9, 0.1, 0.4]  # task a's 0.9, then task b starts at 0.1
 
 
+# written as results.json held them before the position rule was renamed: read under today's name
 PAPER_RULES = {"episode_length": 500, "task_fields": {"positions": "fixed"}, "grad_clip": "separate", "eval_positions": "both"}
 
 
@@ -483,13 +484,13 @@ def test_runs_of_one_table_must_share_their_protocol(tmp_path: Path) -> None:
     }
     assert main([str(tmp_path / "a"), "--out", str(tmp_path / "o")]) == 0
     md = (tmp_path / "o" / "report.md").read_text()
-    assert md.count("Protocol: 500-step episodes, positions fixed, ") == 2 and "Protocol: rules not recorded" in md
+    assert md.count("Protocol: 500-step episodes, position_rule fixed, ") == 2 and "Protocol: rules not recorded" in md
     assert md.index("## smoke [joint gradient clipping] / ppo") < md.index("joint gradient clipping, evaluated on both")
     write_run(tmp_path / "b", results("topk", "rl", 0, [1.0, 0.5, 0.0], rules=PAPER_RULES))
     write_run(tmp_path / "b", results("sphere", "rl", 0, [1.0, 0.5, 0.0], rules=PAPER_RULES))
     assert main([str(tmp_path / "b"), "--out", str(tmp_path / "o2")]) == 0
     md = (tmp_path / "o2" / "report.md").read_text()
-    assert "Protocol: 500-step episodes, positions fixed, separate gradient clipping, evaluated on both positions." in md
+    assert "Protocol: 500-step episodes, position_rule fixed, separate gradient clipping, evaluated on both positions." in md
 
 
 def test_rerun_removes_only_its_own_stale_figures(tmp_path: Path) -> None:

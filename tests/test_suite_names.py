@@ -85,7 +85,7 @@ def test_an_alias_run_resumes_under_the_suites_name(tmp_path: Path) -> None:
     assert json.loads((run / "results.json").read_text())["suite"] == "cw10"
     assert main(["--suite", "cw10", "--tasks", "2", "--run-dir", str(run), "--no-progress"]) == 0
     res = json.loads((run / "results.json").read_text())
-    assert res["finished_tasks"] == 2 and res["rules"]["episode_length"] == 500 and res["rules"]["task_fields"] == {"positions": "fixed"}
+    assert res["finished_tasks"] == 2 and res["rules"]["episode_length"] == 500 and res["rules"]["task_fields"] == {"position_rule": "fixed"}
 
 
 def test_the_report_groups_by_rules_not_names(tmp_path: Path) -> None:

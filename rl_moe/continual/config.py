@@ -19,6 +19,7 @@ from rl_moe.continual.intask import CheckpointSettings
 from rl_moe.continual.learners import LEARNERS, PPOConfig, TD3Config, get_learner
 from rl_moe.continual.methods import METHODS
 from rl_moe.diagnostics.probe import ProbeConfig
+from rl_moe.envs.suite_spec import current_task_fields
 from rl_moe.envs.suites import Suite, suite_from_dict
 from rl_moe.errors import UsageError
 from rl_moe.nn import NetConfig
@@ -85,9 +86,10 @@ EVAL_POSITIONS: tuple[str, ...] = ("heldout", "train", "both")
 
 
 def shared_task_fields(tasks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The fields every task of a suite sets alike (MetaWorld's ``positions``, ``reward_version``):
-    protocol rules, as a suite file's ``task_defaults`` writes them."""
-    tasks = [dict(t) for t in tasks]
+    """The fields every task of a suite sets alike (MetaWorld's ``position_rule``, ``reward_version``):
+    protocol rules, as a suite file's ``task_defaults`` writes them, under today's field names
+    (a config stored before a rename says ``positions``)."""
+    tasks = [current_task_fields(t) for t in tasks]
     if not tasks:
         return {}
     return {k: v for k, v in tasks[0].items() if k not in ("name", "success_bar") and all(t.get(k) == v for t in tasks)}
@@ -96,7 +98,7 @@ def shared_task_fields(tasks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def protocol_rules(episode_length: Any, tasks: Sequence[Mapping[str, Any]], learner_settings: Any, eval_positions: str) -> dict[str, Any]:
     """The rules a run's numbers hold under, the one place they are put together (for a run's
     config, :meth:`RunConfig.rules`, and for a suite run unchanged, ``resolve.suite_rules``): the
-    episode length, the task fields every task shares (MetaWorld's ``positions``,
+    episode length, the task fields every task shares (MetaWorld's ``position_rule``,
     ``reward_version``), PPO's gradient clipping and the evaluation's positions."""
     return {
         "episode_length": episode_length,
@@ -179,7 +181,7 @@ class RunConfig:
     def rules(self) -> dict[str, Any]:
         """The protocol a run's numbers hold under, written into ``results.json`` so that no
         table mixes protocols: the suite's episode length, the task fields every task shares
-        (MetaWorld's ``positions``, ``reward_version``), PPO's gradient clipping and the
+        (MetaWorld's ``position_rule``, ``reward_version``), PPO's gradient clipping and the
         evaluation's positions."""
         return protocol_rules(self.suite_data.get("episode_length"), self.suite_data.get("tasks", []), self.learner_settings, self.eval.positions)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from rl_moe.continual.config import RunConfig
 from rl_moe.continual.resolve import moved_settings
+from rl_moe.envs.suite_spec import current_task_fields
 from rl_moe.envs.suites import current_suite_name
 from rl_moe.errors import UsageError
 from rl_moe.rundir import RunDir
@@ -134,6 +135,8 @@ def parse_results(data: Any, path: Path) -> Run:
     rules = data.get("rules") or {}
     if not isinstance(rules, dict):
         raise ReportError(f"{path}: key 'rules' has type {type(rules).__name__}, expected dict")
+    if isinstance(rules.get("task_fields"), dict):  # recorded before a field was renamed: today's names
+        rules = {**rules, "task_fields": current_task_fields(rules["task_fields"])}
     n = len(tasks)
     if n == 0:
         raise ReportError(f"{path}: empty task list")
