@@ -194,6 +194,9 @@ def resolve(req: RunRequest) -> RunConfig:
         code=code_version(),
         **sections,
     )
+    # The loaded Suite travels with the config (RunConfig.suite_spec): only a config read back
+    # from config.json rebuilds it from the stored dict.
+    cfg.__dict__["suite_spec"] = suite
     _check_net(cfg)
     family = FAMILIES[suite.family]
     family.check_available()
