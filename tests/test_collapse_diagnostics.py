@@ -79,6 +79,8 @@ def test_the_report_reads_collapse_from_old_and_new_logs_per_task_segment() -> N
     # a task segment owns (start, end]: its boundary step is the earlier task's last update
     assert segment_mean(flags, 0, 200) == 0.5 and segment_mean(flags, 200, 400) == 0.5 and segment_mean(flags, 400, 500) != segment_mean(flags, 400, 500)
     new = {"train/sphere_collapsed": Curve(steps, np.array([1.0, 1.0, 1.0, 0.0])), "policy/mean_outside_box": Curve(np.array([200.0, 400.0]), np.array([0.25, 0.75]))}
+    # r_e(K): the segment's last probe (probes at 150 and 200 in the first segment, 350 in the second)
+    new["plasticity/entk_rank"] = Curve(np.array([150.0, 200.0, 350.0]), np.array([7.0, 5.5, 3.25]))
     run = Run(Path("r"), RunKey("s", "ppo", "sphere", "crl"), 0, ("a", "b"), 200, True, (1.0, 0.0), (1.0, 0.0), ((1.0, 0.0), (1.0, 0.0)), segments=((0, 200), (200, 400)))
-    assert run_row(run, new) == ["1.00 / 100% / 25%", "0.00 / 50% / 75%"]
-    assert run_row(run, {}) == ["1.00 / — / —", "0.00 / — / —"]
+    assert run_row(run, new) == ["1.00 / 100% / 25% / 5.50", "0.00 / 50% / 75% / 3.25"]
+    assert run_row(run, {}) == ["1.00 / — / — / —", "0.00 / — / — / —"]

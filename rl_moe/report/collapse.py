@@ -1,4 +1,4 @@
-"""SPHERE's collapse and the action box, per seed and task, beside success.
+"""SPHERE's collapse, the action box and r_e(K), per seed and task, beside success.
 
 An update is *collapsed* by :func:`rl_moe.regularizers.sphere.is_collapsed` (lambda above 1e4 or
 the penalty below 1e-8; docs/results.md, "Definitions"). Runs that log ``train/sphere_collapsed``
@@ -21,7 +21,7 @@ from rl_moe.report.scalars import Curve
 from rl_moe.report.tables import Context, method_order
 
 #: The tags this table reads (the report loads them beside the plotted ones).
-TAGS = ("train/sphere_collapsed", "train/coef_sphere", "train/loss_sphere", "policy/mean_outside_box", "policy/mean_outside_box_online")
+TAGS = ("train/sphere_collapsed", "train/coef_sphere", "train/loss_sphere", "policy/mean_outside_box", "policy/mean_outside_box_online", "plasticity/entk_rank")
 
 
 def collapse_flags(curves: dict[str, Curve]) -> Curve | None:
@@ -46,20 +46,30 @@ def segment_mean(curve: Curve | None, start: int, end: int) -> float:
     return float(curve.values[inside].mean()) if inside.any() else math.nan
 
 
+def segment_last(curve: Curve | None, start: int, end: int) -> float:
+    """The last value logged in (start, end] (a segment's last probe), NaN where none."""
+    if curve is None:
+        return math.nan
+    inside = (curve.steps > start) & (curve.steps <= end)
+    return float(curve.values[inside][-1]) if inside.any() else math.nan
+
+
 def _pct(x: float) -> str:
     return "—" if math.isnan(x) else f"{100 * x:.0f}%"
 
 
 def run_row(run: Run, curves: dict[str, Curve]) -> list[str]:
-    """One cell per task: own-task success / collapsed share / action-box share."""
+    """One cell per task: own-task success / collapsed share / action-box share / held-out r_e(K)
+    at the segment's last probe."""
     flags = collapse_flags(curves)
-    box = curves.get("policy/mean_outside_box")
+    box, rank = curves.get("policy/mean_outside_box"), curves.get("plasticity/entk_rank")
     cells = []
     for i in range(len(run.tasks)):
         start, end = run.segment_start(i), run.segment_start(i) + run.segment_length(i)
         own = run.own[i] if i < len(run.own) else math.nan
         success = "—" if math.isnan(own) else f"{own:.2f}"
-        cells.append(f"{success} / {_pct(segment_mean(flags, start, end))} / {_pct(segment_mean(box, start, end))}")
+        r_e = segment_last(rank, start, end)
+        cells.append(f"{success} / {_pct(segment_mean(flags, start, end))} / {_pct(segment_mean(box, start, end))} / {'—' if math.isnan(r_e) else f'{r_e:.2f}'}")
     return cells
 
 
@@ -75,6 +85,7 @@ def collapse_table(ctx: Context, scalars: dict[Path, dict[str, Curve]], baseline
     caption = (
         f"{ctx.suite} / {ctx.algo}: per seed and task, own-task success / share of the task's updates that are collapsed "
         "(SPHERE's λ > 1e4 or its penalty < 1e-8) / share of action-mean entries outside the action box on the held-out "
-        "probe batch (mean over the task's probes); — where the run did not log it"
+        "probe batch (mean over the task's probes) / r_e(K) on the held-out probe batch at the task's last probe; — where the "
+        "run did not log it"
     )
     return Table(("run", *ctx.tasks), tuple(rows), caption)
