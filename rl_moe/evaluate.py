@@ -31,7 +31,7 @@ from rl_moe.continual.agents import build_model
 from rl_moe.continual.config import RunConfig
 from rl_moe.continual.evaluation import evaluate
 from rl_moe.continual.methods import get_method
-from rl_moe.continual.scheduler import ContinualScheduler
+from rl_moe.continual.run_view import RunView
 from rl_moe.errors import UsageError
 from rl_moe.nn import EVRerouted
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
@@ -120,25 +120,25 @@ def reroute_actor(policy: nn.Module, router: str, alpha: float, top_c: int) -> N
     policy.replace_actor_network(lambda net: REROUTINGS[router](net, alpha, top_c))
 
 
-def load_task_model(run_dir: Path, cfg: Any, sched: ContinualScheduler, i: int, env: Any, device: str) -> tuple[Any, Any]:
+def load_task_model(view: RunView, i: int, env: Any, device: str) -> tuple[Any, Any]:
     """Finished task ``i``'s checkpoint loaded into a learner built on ``env``, and the observation
     statistics saved with it (None without ``VecNormalize``)."""
-    model = build_model(cfg, env, device)
-    model.set_parameters(str(RunDir(run_dir).checkpoint(i, sched.tasks[i].name)), exact_match=True, device=device)
-    norm = sched.load_vecnormalize(i)
+    model = build_model(view.cfg, env, device)
+    model.set_parameters(str(view.checkpoint(i)), exact_match=True, device=device)
+    norm = view.load_vecnormalize(i)
     return model, None if norm is None else norm.obs_rms
 
 
 def reevaluate(run_dir: Path, cfg: Any, results: dict[str, Any], router: str, alpha: float, top_c: int, episodes: int, device: str) -> list[list[float | None]]:
     """The success matrix of the re-routed checkpoints, on the cells the run's matrix filled."""
 
-    sched = ContinualScheduler(cfg, run_dir, progress=False)  # reads only: eval envs, seeds, tasks
+    sched = RunView(cfg, run_dir)
     original = results["success_matrix"]
     env = DummyVecEnv(sched.eval_factories(0)[:1])
     matrix: list[list[float | None]] = [[None] * len(sched.tasks) for _ in sched.tasks]
     try:
         for i in range(int(results["finished_tasks"])):
-            model, rms = load_task_model(run_dir, cfg, sched, i, env, device)
+            model, rms = load_task_model(sched, i, env, device)
             reroute_actor(model.policy, router, alpha, top_c)
             for j, cell in enumerate(original[i]):
                 if cell is not None:

@@ -26,7 +26,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from rl_moe.atomic import write_json_atomic
 from rl_moe.cli import EXIT_USAGE, UsageParser
 from rl_moe.continual.evaluation import EvalResult, evaluate
-from rl_moe.continual.scheduler import ContinualScheduler
+from rl_moe.continual.run_view import RunView
 from rl_moe.errors import UsageError
 from rl_moe.evaluate import load_task_model, read_run
 
@@ -60,7 +60,7 @@ def check_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
 def score(run_dir: Path, cfg: Any, results: dict[str, Any], heldout: int, episodes: int) -> dict[str, Any]:
     """Own-task success on the training and held-out positions after each finished task, and the
     last checkpoint's held-out success on every task up to it."""
-    sched = ContinualScheduler(cfg, run_dir, progress=False)  # reads only: eval envs, seeds, tasks
+    sched = RunView(cfg, run_dir)
     finished = int(results["finished_tasks"])
     env = DummyVecEnv(sched.eval_factories(0)[:1])
     own_train: list[EvalResult] = []
@@ -68,7 +68,7 @@ def score(run_dir: Path, cfg: Any, results: dict[str, Any], heldout: int, episod
     last_row: list[EvalResult] = []
     try:
         for i in range(finished):
-            model, rms = load_task_model(run_dir, cfg, sched, i, env, "cpu")
+            model, rms = load_task_model(sched, i, env, "cpu")
 
             def on(j: int, is_heldout: bool, n: int) -> EvalResult:
                 return evaluate(model, sched.eval_factories(j, is_heldout, n), n * episodes, rms, "dummy")  # noqa: B023

@@ -23,7 +23,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rl_moe.continual.checkpoints import load_checkpoint
 from rl_moe.continual.config import RunConfig
-from rl_moe.continual.scheduler import ContinualScheduler
+from rl_moe.continual.run_view import RunView
 
 STAGES = ("near_object", "grasp_success", "in_place_reward", "obj_to_target")
 
@@ -64,7 +64,7 @@ def main() -> None:
     for run in map(Path, args.runs):
         cfg = RunConfig.from_dict(json.loads((run / "config.json").read_text()))
         finished = int(json.loads((run / "results.json").read_text())["finished_tasks"])
-        sched = ContinualScheduler(cfg, run, progress=False)  # reads only: eval envs and seeds
+        sched = RunView(cfg, run)
         for i in range(finished):
             model = load_checkpoint(run, i)
             views = {

@@ -21,7 +21,7 @@ from rl_moe.continual.agents import build_model
 from rl_moe.continual.config import RunConfig
 from rl_moe.continual.probe_states import collect_probe_states, probe_factories
 from rl_moe.continual.rng import env_seed
-from rl_moe.continual.scheduler import ContinualScheduler
+from rl_moe.continual.run_view import RunView
 from rl_moe.envs.suites import load_suite
 from rl_moe.diagnostics import ProbeConfig
 from rl_moe.diagnostics.groups import plasticity_group, routing_group
@@ -46,14 +46,14 @@ def run_networks(run: Path) -> Iterator[tuple[str, torch.nn.Module]]:
     rd = RunDir(run)
     cfg = RunConfig.from_dict(json.loads(rd.config.read_text()))
     results = json.loads(rd.results.read_text())
-    sched = ContinualScheduler(cfg, run, progress=False)
+    sched = RunView(cfg, run)
     env = DummyVecEnv(sched.eval_factories(0)[:1])
     try:
         torch.manual_seed(cfg.seed)
         model = build_model(cfg, env, "cpu")
         yield "fresh", model.policy
         for i in range(int(results["finished_tasks"])):
-            model.set_parameters(str(rd.checkpoint(i, sched.tasks[i].name)), exact_match=True, device="cpu")
+            model.set_parameters(str(sched.checkpoint(i)), exact_match=True, device="cpu")
             yield f"after {sched.tasks[i].name}", model.policy
     finally:
         env.close()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-import pickle
 import sys
 import time
 from collections.abc import Callable
@@ -38,6 +37,7 @@ from rl_moe.continual.learners import get_learner
 from rl_moe.continual.probe_states import default_probe_policy, load_or_collect, make_probe_callback, probe_factories
 from rl_moe.continual.progress import Pace, ProgressLine, draw_evaluation
 from rl_moe.continual.resolve import suite_of
+from rl_moe.continual.run_view import RunView
 from rl_moe.continual.results import Results, reference_aucs
 from rl_moe.continual.state_files import load_regularizer_state, save_regularizer_state
 from rl_moe.envs.factories import EnvFactory, announce_fallbacks, make_vec_env, task_factories
@@ -118,7 +118,8 @@ class ContinualScheduler:
         self.files = RunDir(run_dir)
         self.extra_callbacks = list(callbacks or [])
         self.suite = suite_of(cfg)
-        self.tasks = [self.suite.tasks[i] for i in range(len(cfg.tasks))]
+        self.view = RunView(cfg, self.run_dir)  # tasks, eval envs, saved statistics: as the tools read them
+        self.tasks = self.view.tasks
         self.device = resolve_device(cfg.device)
         self.algo_cfg: Any = cfg.learner_settings
         self.results = self._load_results()
@@ -147,17 +148,8 @@ class ContinualScheduler:
         return rng.env_seed(self.cfg.seed, stream, task_index)
 
     def eval_factories(self, j: int, heldout: bool | None = None, n_envs: int | None = None) -> list[EnvFactory]:
-        """Fixed-seed eval envs of task ``j``: every checkpoint is scored on the same goals.
-
-        :param heldout: seeds of their own (True) or the first training envs' (False); None: the
-            run's main view (``eval.positions``: held-out unless ``train`` or ``both``)
-        :param n_envs: envs (default ``eval.n_envs``); more held-out envs extend the run's own:
-            seeds run on from the same first one, so the first ``eval.n_envs`` are the run's
-        """
-        if heldout is None:
-            heldout = self.cfg.eval.positions == "heldout"
-        stream = "eval" if heldout else "train"
-        return task_factories(self.suite, self.tasks[j], n_envs or self.cfg.eval.n_envs, self._seed(stream, j))
+        """Fixed-seed eval envs of task ``j`` (:meth:`RunView.eval_factories`)."""
+        return self.view.eval_factories(j, heldout, n_envs)
 
     def _make_env(self, i: int, previous: VecEnv | None) -> VecEnv:
         factories = task_factories(self.suite, self.tasks[i], self.algo_cfg.n_envs, self._seed("train", i))
@@ -544,12 +536,7 @@ class ContinualScheduler:
 
     def load_vecnormalize(self, i: int) -> VecNormalize | None:
         """The observation statistics saved with finished task ``i``'s checkpoint (None: none)."""
-        path = RunDir.vecnormalize(self.files.checkpoint(i, self.tasks[i].name))
-        if not path.is_file():
-            return None
-
-        with open(path, "rb") as fh:
-            return pickle.load(fh)
+        return self.view.load_vecnormalize(i)
 
 
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
