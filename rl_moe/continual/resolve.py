@@ -257,10 +257,11 @@ def moved_settings(cfg: RunConfig) -> dict[str, Any]:
         return {}
     own = regularizer_configs(method.regularizers, _regularizer_settings(suite_of(cfg), get_learner(cfg.algo), method))
     moved = {}
-    for name, config in cfg.regularizers.items():
-        theirs = dataclasses.asdict(own[name]) if name in own else {}
-        moved.update({f"{name}.{k}": v for k, v in dataclasses.asdict(config).items() if name in own and theirs[k] != v})
+    for name in cfg.regularizers.keys() & own.keys():
+        theirs = dataclasses.asdict(own[name])
+        moved.update({f"{name}.{k}": v for k, v in dataclasses.asdict(cfg.regularizers[name]).items() if theirs[k] != v})
     return moved
+
 
 def suite_of(cfg: RunConfig) -> Suite:
     """The suite stored in a run's configuration (typed once per config)."""

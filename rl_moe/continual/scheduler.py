@@ -275,7 +275,7 @@ class ContinualScheduler:
     def _load_finished(self, i: int) -> None:
         """Load finished task ``i``'s weights, regularizer state and boundary state into the model."""
         assert self.model is not None
-        ckpt = self.files.checkpoint(i, self.tasks[i].name)
+        ckpt = self.view.checkpoint(i)
         self.model.set_parameters(str(ckpt), exact_match=True, device=self.device)
         self._load_regularizers(ckpt)
         state = rng.load(RunDir.training_state(ckpt))
@@ -504,7 +504,7 @@ class ContinualScheduler:
     # ---- checkpoints ---------------------------------------------------------------------------
     def _save_checkpoint(self, i: int) -> None:
         assert self.model is not None
-        path = self.files.checkpoint(i, self.tasks[i].name)
+        path = self.view.checkpoint(i)
         path.parent.mkdir(parents=True, exist_ok=True)
         # Every file lands atomically and on disk before results.json names the task finished;
         # the checkpoint .zip last, since resume checks it first. Replay buffers are not part
