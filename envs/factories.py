@@ -25,8 +25,9 @@ from rl_moe.envs.suite_spec import Suite, TaskSpec
 from rl_moe.envs.wrappers import InfoSuccess, ReturnSuccess
 from rl_moe.errors import UsageError
 
-#: ``--vec-env`` choices; ``auto`` picks EnvPool where the family has it and it is installed,
-#: else by core count.
+#: ``--vec-env`` choices; ``auto`` measures per task between the official envs and EnvPool where
+#: the family has a pool and it is installed (:mod:`rl_moe.envs.backend_choice`), else picks by
+#: core count.
 VEC_ENV_TYPES: tuple[str, ...] = ("auto", "dummy", "subproc", "envpool")
 
 
@@ -103,14 +104,21 @@ def announce_fallbacks(suite: Suite, tasks: list[TaskSpec]) -> None:
         sys.stderr.write(f"note: {n} of {len(tasks)} tasks run on the official in-process envs, not EnvPool ({parts})\n")
 
 
-def resolve_vec_env_type(vec_env: str, n_envs: int, cpu_count: int | None = None, family: str | None = None) -> str:
-    """``dummy``, ``subproc`` or ``envpool`` for a run of the suite family ``family``.
+def may_pool(vec_type: str) -> bool:
+    """Whether a run on the resolved ``vec_type`` may step tasks on a native pool (``envpool``,
+    or ``auto`` choosing per task): it then gets pool workers, and evaluates on the pool."""
+    return vec_type in ("envpool", "auto")
 
-    ``auto`` picks EnvPool for a family with a native pool when the package is installed: on
-    MetaWorld it stepped the CW10 tasks 2-5x faster than the official envs on one thread
-    (benchmarks/README.md, "Env backends"). Otherwise it picks in-process envs on <= 2 cores: on 2
-    cores a DummyVecEnv of 8 MetaWorld envs ran ~2,000 steps/s against ~1,270 for SubprocVecEnv
-    (measured on the 2-core development machine), so worker processes only pay off with more cores.
+
+def resolve_vec_env_type(vec_env: str, n_envs: int, cpu_count: int | None = None, family: str | None = None) -> str:
+    """``dummy``, ``subproc``, ``envpool`` or ``auto`` for a run of the suite family ``family``.
+
+    ``auto`` stays ``auto`` for a family with a native pool when the package is installed: each
+    task then trains on whichever of the official envs and the pool steps fastest when it starts
+    (:mod:`rl_moe.envs.backend_choice`; EnvPool wins on an idle machine, and the measurement guards
+    a busy one). Otherwise it picks in-process envs on <= 2 cores: on 2 cores a DummyVecEnv
+    of 8 MetaWorld envs ran ~2,000 steps/s against ~1,270 for SubprocVecEnv (measured on the 2-core
+    development machine), so worker processes only pay off with more cores.
     """
 
     if vec_env not in VEC_ENV_TYPES:
@@ -125,7 +133,7 @@ def resolve_vec_env_type(vec_env: str, n_envs: int, cpu_count: int | None = None
     if vec_env != "auto":
         return vec_env
     if native and envpool_env.envpool_installed():
-        return "envpool"
+        return "auto"
     cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
     return "dummy" if cores <= 2 or n_envs == 1 else "subproc"
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
+from rl_moe.envs.factories import may_pool
 from rl_moe.errors import UsageError
 
 #: Torch threads under ``--threads auto`` with EnvPool: 2 beat 1 by 1.2-1.3x on the 2-core
@@ -67,7 +68,7 @@ def split_threads(torch_threads: int | None, vec_env: str, n_envs: int, cores: i
     :param cores: CPUs available (default: this process's affinity)
     """
     cores = available_cores() if cores is None else cores
-    native = vec_env == "envpool"
+    native = may_pool(vec_env)
     if torch_threads is None:
         torch_n = max(1, min(AUTO_TORCH_THREADS, cores)) if native else 1
         budget = cores

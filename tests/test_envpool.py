@@ -58,9 +58,9 @@ def test_every_cw10_task_is_classified() -> None:
     assert not set(ENVPOOL_VERIFIED) & set(ENVPOOL_MISMATCHED)
 
 
-def test_auto_picks_envpool_for_metaworld_only_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_measures_between_the_backends_for_metaworld_only_when_pool_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(envpool_env, "envpool_installed", lambda: True)
-    assert resolve_vec_env_type("auto", 8, 2, "metaworld") == "envpool"
+    assert resolve_vec_env_type("auto", 8, 2, "metaworld") == "auto"
     assert resolve_vec_env_type("auto", 8, 2, "smoke") == "dummy"
     assert resolve_vec_env_type("auto", 8, 16, "smoke") == "subproc"
     monkeypatch.setattr(envpool_env, "envpool_installed", lambda: False)
@@ -94,7 +94,7 @@ def test_resuming_an_envpool_run_without_the_package_exits_2(tmp_path: Path, mon
     monkeypatch.setattr(envpool_env, "envpool_installed", lambda: False)
     assert main(["--resume", str(run)]) == 2
     err = capsys.readouterr().err
-    assert "steps its envs with envpool" in err and "pip install 'rl_moe[envpool]'" in err
+    assert "steps or evaluates its envs with envpool (envpool)" in err and "pip install 'rl_moe[envpool]'" in err
     assert sorted(p.name for p in run.iterdir()) == ["config.json"]
 
 

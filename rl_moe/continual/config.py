@@ -121,8 +121,9 @@ class RunConfig:
     :param seed: run seed
     :param steps_per_task: env steps per task
     :param device: ``cpu``, ``cuda`` or ``auto``
-    :param vec_env: resolved vectorized-env backend (``dummy``, ``subproc`` or ``envpool``); training
-        and evaluation use it, and a resume may not change it
+    :param vec_env: resolved vectorized-env backend (``dummy``, ``subproc``, ``envpool``, or
+        ``auto``: each task's training on the faster of the official envs and the pool, measured at
+        its start, :mod:`rl_moe.envs.backend_choice`); a resume may not change it
     :param net: network settings
     :param ppo: PPO settings (resolved preset + overrides)
     :param td3: TD3 settings (resolved preset + overrides)

@@ -18,7 +18,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
 
-from rl_moe.envs.factories import EnvFactory, make_vec_env
+from rl_moe.envs.factories import EnvFactory, make_vec_env, may_pool
 from rl_moe.tblog import dump_keys
 
 
@@ -80,12 +80,14 @@ class EvalEnvs:
     pool (``envpool``) cannot be reseeded and is built afresh instead (about half a second).
 
     :param factories: eval env factories (fixed seeds)
-    :param vec_type: the run's backend; ``dummy`` and ``subproc`` evaluate in-process
+    :param vec_type: the run's backend; ``dummy`` and ``subproc`` evaluate in-process, ``envpool``
+        and ``auto`` on the pool where it serves the task (so under ``auto`` the scores do not
+        depend on which backend the load made training choose)
     """
 
     def __init__(self, factories: list[EnvFactory], vec_type: str = "dummy", pool_threads: int = 1) -> None:
         self.factories = list(factories)
-        self.vec_type = "envpool" if vec_type == "envpool" else "dummy"
+        self.vec_type = "envpool" if may_pool(vec_type) else "dummy"
         self.pool_threads = pool_threads
         self._venv: VecEnv | None = None
 

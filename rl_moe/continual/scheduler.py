@@ -40,7 +40,8 @@ from rl_moe.continual.resolve import suite_of
 from rl_moe.continual.run_view import RunView
 from rl_moe.continual.results import Results, reference_aucs
 from rl_moe.continual.state_files import load_regularizer_state, save_regularizer_state
-from rl_moe.envs.factories import EnvFactory, announce_fallbacks, make_vec_env, task_factories
+from rl_moe.envs.backend_choice import OFFICIAL, BackendChoice, Candidate, choose_backend, recorded_backend
+from rl_moe.envs.factories import EnvFactory, announce_fallbacks, make_vec_env, may_pool, task_factories
 from rl_moe.envs.families import get_family
 from rl_moe.envs.stages import EpisodeStages
 from rl_moe.envs.threads import KEEP_THREADS, ThreadGovernor, ThreadPlan
@@ -127,6 +128,7 @@ class ContinualScheduler:
         self.env: VecEnv | None = None
         self.logger: Logger | None = None
         self._eval_envs: dict[tuple[int, bool | None], EvalEnvs] = {}
+        self._backend = self._fixed_backend()  # the current task's training backend (--vec-env auto: per task)
         self._pace = Pace()  # what the progress line's ETA has measured so far
         # Generator states and counters at the last task boundary (see rl_moe.continual.rng).
         self._boundary_state: dict[str, Any] | None = None
@@ -151,15 +153,46 @@ class ContinualScheduler:
         """Fixed-seed eval envs of task ``j`` (:meth:`RunView.eval_factories`)."""
         return self.view.eval_factories(j, heldout, n_envs)
 
-    def _make_env(self, i: int, previous: VecEnv | None) -> VecEnv:
+    def _fixed_backend(self) -> BackendChoice:
+        """The run's backend (under ``auto``, the official envs until a task chooses)."""
+        vec_type = self.cfg.vec_env
+        if vec_type == "auto":
+            return BackendChoice(OFFICIAL)
+        return BackendChoice(Candidate(vec_type, self.threads.pool_threads if vec_type == "envpool" else 0))
+
+    def _choose_backend(self, i: int, factories: list[EnvFactory], measure: bool) -> BackendChoice:
+        """Task ``i``'s training backend: the run's, or under ``--vec-env auto`` the one the task
+        already ran on (a rerun) or else, with ``measure``, the fastest here and now
+        (:mod:`rl_moe.envs.backend_choice`)."""
+        if self.cfg.vec_env != "auto":
+            return self._fixed_backend()
+        recorded = recorded_backend(self.results.provenance, i, self.threads.pool_threads)
+        if recorded is not None or not measure:
+            return recorded or BackendChoice(OFFICIAL)
+        choice = choose_backend(factories, self.threads.pool_threads)
+        release_memory()  # the measured envs are closed: hand their heap back (see release_memory)
+        note = choice.note(self.tasks[i].name)
+        if note is not None:
+            print(note, file=sys.stderr)
+        return choice
+
+    def _make_env(self, i: int, previous: VecEnv | None, measure: bool = True) -> VecEnv:
         factories = task_factories(self.suite, self.tasks[i], self.algo_cfg.n_envs, self._seed("train", i))
-        env: VecEnv = make_vec_env(factories, self.cfg.vec_env, self.threads.pool_threads)
+        self._backend = self._choose_backend(i, factories, measure)
+        env: VecEnv = make_vec_env(factories, self._backend.chosen.vec_type, self._backend.chosen.workers)
         if self.algo_cfg.normalize_obs:
             env = VecNormalize(env, norm_obs=True, norm_reward=self.algo_cfg.normalize_reward, gamma=self.algo_cfg.gamma)
             # CRL: input statistics belong to the agent and carry over; RL starts afresh.
             if self.cfg.protocol == "crl" and isinstance(previous, VecNormalize):
                 env.obs_rms, env.ret_rms = copy.deepcopy(previous.obs_rms), copy.deepcopy(previous.ret_rms)
         return env
+
+    def _eval_workers(self) -> int:
+        """The pool's workers for evaluation: the run's, or under ``auto`` the training task's
+        (one when it measured the official envs faster: the machine is busy)."""
+        if self.cfg.vec_env != "auto":
+            return self.threads.pool_threads
+        return max(1, self._backend.chosen.workers)
 
     def _obs_rms(self) -> Any:
         return self.env.obs_rms if isinstance(self.env, VecNormalize) else None
@@ -185,7 +218,7 @@ class ContinualScheduler:
         for k in [k for k in self._eval_envs if k[0] != j]:
             self._eval_envs.pop(k).close()
         if key not in self._eval_envs:
-            self._eval_envs[key] = EvalEnvs(self.eval_factories(j, heldout), self.cfg.vec_env, self.threads.pool_threads)
+            self._eval_envs[key] = EvalEnvs(self.eval_factories(j, heldout), self.cfg.vec_env, self._eval_workers())
         return evaluate(self.model, self._eval_envs[key], n_episodes, self._obs_rms())
 
     # ---- main loop ---------------------------------------------------------------------------
@@ -194,7 +227,7 @@ class ContinualScheduler:
         cfg, res = self.cfg, self.results
         fix_mmap_threshold()  # before the model and the envs allocate: keeps RSS level over tasks
         res.save(self.files.results)
-        if cfg.vec_env == "envpool":
+        if may_pool(cfg.vec_env):
             announce_fallbacks(self.suite, self.tasks)
         probe_states = None
         if cfg.probe.enabled:
@@ -287,7 +320,7 @@ class ContinualScheduler:
         """Evaluate finished task ``i``'s success-matrix row, whose run was interrupted after the
         checkpoint was written: the task is not trained again."""
         previous = self.load_vecnormalize(i) if self.algo_cfg.normalize_obs else None
-        env = self._make_env(i, None)
+        env = self._make_env(i, None, measure=False)
         if isinstance(env, VecNormalize) and isinstance(previous, VecNormalize):
             env.obs_rms, env.ret_rms = copy.deepcopy(previous.obs_rms), copy.deepcopy(previous.ret_rms)
         self.env = env
@@ -310,7 +343,8 @@ class ContinualScheduler:
         assert self.model is not None
         start = task.start
         from_step = start if task.resumed_step is None else task.resumed_step
-        res.provenance.append({"task": i, "name": self.tasks[i].name, "from_step": from_step, "backend": vec_env_backend(env, self.suite.family), **code_version()})
+        res.provenance.append({"task": i, "name": self.tasks[i].name, "from_step": from_step, "backend": vec_env_backend(env, self.suite.family), **self._backend_record(), **code_version()})
+        res.save(self.files.results)  # on disk before training: a rerun of this task keeps its backend
         hooks = self._task_callbacks(task, probe_states, env)
         self._learn(i, cfg.steps_per_task - (from_step - start), hooks)
         end = int(self.model.num_timesteps)
@@ -327,6 +361,10 @@ class ContinualScheduler:
         self.files.in_task.unlink(missing_ok=True)  # the task's own checkpoint supersedes it
         self._evaluate_and_store(i, task.seconds)
         self._pace.tail_seconds = time.perf_counter() - trained
+
+    def _backend_record(self) -> dict[str, Any]:
+        """Under ``--vec-env auto``, the pool's workers and the measured rates (none on a rerun)."""
+        return self._backend.record() if self.cfg.vec_env == "auto" else {}
 
     def _task_callbacks(self, task: TaskRun, probe_states: torch.Tensor | None, env: VecEnv) -> TaskCallbacks:
         """The callbacks of ``task``'s ``learn`` (periodic evaluation, threads, episode stages,
@@ -373,7 +411,7 @@ class ContinualScheduler:
             if probe is not None and in_task["callbacks"]["probe"] is not None:
                 probe.resume(in_task["callbacks"]["probe"])
             if not intask.restore(self.model, env, in_task):
-                print(f"note: the {cfg.vec_env} envs cannot save their state: task {i + 1} continues with fresh episodes (statistically the same run, not bit for bit)", file=sys.stderr)
+                print(f"note: the {self._backend.chosen.label} envs cannot save their state: task {i + 1} continues with fresh episodes (statistically the same run, not bit for bit)", file=sys.stderr)
         return TaskCallbacks(callbacks, curve, line, checkpoint)
 
     def _learn(self, i: int, steps: int, hooks: TaskCallbacks) -> None:
