@@ -188,10 +188,8 @@ class ContinualScheduler:
         return env
 
     def _eval_workers(self) -> int:
-        """The pool's workers for evaluation: the run's, or under ``auto`` the training task's
-        (one when it measured the official envs faster: the machine is busy)."""
-        if self.cfg.vec_env != "auto":
-            return self.threads.pool_threads
+        """The pool's workers for evaluation: the training task's (the run's under ``envpool``;
+        under ``auto`` one when it measured the official envs faster: the machine is busy)."""
         return max(1, self._backend.chosen.workers)
 
     def _obs_rms(self) -> Any:
