@@ -29,6 +29,7 @@ from rl_moe.continual.evaluation import EvalResult, evaluate
 from rl_moe.continual.run_view import RunView
 from rl_moe.errors import UsageError
 from rl_moe.evaluate import load_task_model, read_run
+from rl_moe.rundir import RunDir
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def output_path(run_dir: Path, heldout: int) -> Path:
-    return Path(run_dir) / f"positions-{heldout}.json"
+    return RunDir(run_dir).positions(heldout)
 
 
 def check_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:

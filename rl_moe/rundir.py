@@ -14,6 +14,7 @@
     <run>/sweep.log                                  output of a trial run by rl_moe.sweep
     <run>/.lock                                      held by the process writing the run (its PID)
     <run>/reroute-<router>-a<alpha>.json             re-evaluations by rl_moe.evaluate
+    <run>/positions-<N>.json                         task checkpoints scored on N held-out positions (rl_moe.positions)
 """
 
 from __future__ import annotations
@@ -82,6 +83,19 @@ class RunDir:
     def in_task(self) -> Path:
         """The in-task checkpoint of the unfinished task (:mod:`rl_moe.continual.intask`)."""
         return self.path / self.CHECKPOINTS / "in_task.pkl"
+
+    def positions(self, heldout: int) -> Path:
+        """``positions-<N>.json``: the task checkpoints scored on N held-out positions."""
+        return self.path / f"positions-{heldout}.json"
+
+    def positions_files(self) -> dict[int, Path]:
+        """Every ``positions-<N>.json`` of the folder, by N."""
+        found = {}
+        for p in self.path.glob("positions-*.json"):
+            n = p.stem.removeprefix("positions-")
+            if n.isdigit() and p.is_file():
+                found[int(n)] = p
+        return dict(sorted(found.items()))
 
     def checkpoint(self, index: int, task: str) -> Path:
         """``checkpoints/task_<idx:02d>_<task>.zip``: one SB3 checkpoint per finished task."""

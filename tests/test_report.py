@@ -552,3 +552,70 @@ def test_a_set_variant_of_a_method_is_its_own_group() -> None:
     assert moved_settings(plain) == {}
     moved = resolve(RunRequest(suite="smoke", method="sphere", tasks=1, overrides=("reg.sphere.rho=0.001", "reg.sphere.eps=1e-8")))
     assert moved_settings(moved) == {"sphere.rho": 0.001}  # eps=1e-8 is the method's own value
+
+
+# --- held-out positions (python -m rl_moe.positions) -----------------------------------------------
+
+def write_positions(folder: Path, n: int, train: list[float], heldout: list[float], tasks: list[str] | None = None) -> None:
+    """A ``positions-<n>.json`` as ``python -m rl_moe.positions`` writes it."""
+    tasks = tasks or TASKS[: len(train)]
+    data = {"tasks": tasks, "heldout_positions": n, "train_positions": 5, "episodes_per_position": 1,
+            "own_success_train": train, "own_success_heldout": heldout, "last_checkpoint_heldout": heldout}  # fmt: skip
+    (folder / f"positions-{n}.json").write_text(json.dumps(data))
+
+
+@pytest.fixture(scope="module")
+def heldout_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    root = tmp_path_factory.mktemp("heldout")
+    own = {("topk", 0): [1.0, 0.0, 0.5], ("topk", 1): [0.5, 0.0, 0.5], ("topk", 2): [1.0, 1.0, 1.0], ("sphere", 0): [1.0, 0.5, 1.0], ("sphere", 1): [1.0, 1.0, 0.5]}
+    folders = {k: write_run(root, results(k[0], "crl", k[1], v)) for k, v in own.items()}
+    write_positions(folders["topk", 0], 20, own["topk", 0], [0.9, 0.1, 0.4])
+    write_positions(folders["topk", 0], 25, own["topk", 0], [0.8, 0.0, 0.6])  # the largest N is the one read
+    write_positions(folders["topk", 1], 25, own["topk", 1], [0.4, 0.2, 0.6])
+    # topk seed 2 has no scores; sphere seed 1's were taken from another state of the run
+    write_positions(folders["sphere", 0], 25, own["sphere", 0], [1.0, 0.4, 0.8])
+    write_positions(folders["sphere", 1], 25, [0.0, 1.0, 0.5], [0.2, 0.2, 0.2])
+    out = tmp_path_factory.mktemp("heldout-report")
+    assert main([str(root), "--out", str(out), "--reps", "500"]) == 0
+    return out, (out / "report.md").read_text()
+
+
+def test_heldout_table_counts_only_the_scored_seeds(heldout_report: tuple[Path, str]) -> None:
+    _, md = heldout_report
+    caption = "smoke / ppo / CRL: own-task success of each task's checkpoint on held-out positions"
+    header = next(line for line in md[md.index(caption):].splitlines() if line.startswith("| task"))
+    assert header == "| task | topk (n=2) | sphere (n=1) |"
+    assert "25 held-out positions per task" in md[md.index(caption):].splitlines()[0]
+    assert table_row(md, caption, "reach") == ["0.60 ± 0.20", "1.00"]
+    assert table_row(md, caption, "push") == ["0.10 ± 0.10", "0.40"]
+    # per-seed averages 7/15 and 6/15
+    assert table_row(md, caption, "average") == ["0.43 ± 0.03", "0.73"]
+    # the own-segment table still counts all seeds
+    assert table_row(md, "CRL: success right after", "average")[:2] == ["0.61 ± 0.28", "0.83 ± 0.00"]  # seeds 1/2, 1/3, 1
+
+
+def test_heldout_robust_aggregates_known_values(heldout_report: tuple[Path, str]) -> None:
+    _, md = heldout_report
+    caption = "robust aggregates of held-out own-task success"
+    # 6 topk scores {0.8, 0, 0.6, 0.4, 0.2, 0.6}: IQM drops one per end -> mean(0.2, 0.4, 0.6, 0.6) = 0.45
+    n, iqm_cell, mean_cell, poi = table_row(md, caption, "topk")
+    assert n == "2" and iqm_cell.startswith("0.45 [") and mean_cell.startswith("0.43 [") and poi == "—"
+    # sphere s0 against both topk seeds, per task: reach 1.0 > 0.8, 0.4 -> 1; push 0.4 > 0, 0.2 -> 1;
+    # faucet 0.8 > 0.6, 0.6 -> 1: P = 1
+    assert table_row(md, caption, "sphere")[3].startswith("1.00 [")
+
+
+def test_stale_heldout_scores_are_left_out_and_named(heldout_report: tuple[Path, str]) -> None:
+    _, md = heldout_report
+    notes = md[md.index("## Notes"):]
+    assert "ppo-sphere-crl-s1/positions-25.json: left out, its training-position success [0.0, 1.0, 0.5] differs from results.json's [1.0, 1.0, 0.5]" in notes
+    assert "topk-crl-s2" not in notes  # no file is no note
+
+
+def test_unreadable_heldout_scores_are_a_named_error(tmp_path: Path) -> None:
+    folder = write_run(tmp_path, results("topk", "crl", 0, [1.0, 0.5, 0.0]))
+    (folder / "positions-25.json").write_text('{"tasks": ["reach"]}')
+    proc = run_cli(str(tmp_path), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "positions-25.json: unreadable held-out scores (KeyError" in proc.stderr
+    assert not (tmp_path / "o").exists()

@@ -14,6 +14,8 @@ import argparse
 import shutil
 from pathlib import Path
 
+from rl_moe.rundir import RunDir
+
 KEEP = ("config.json", "results.json", "probe_states.pt", "sweep.log")
 
 
@@ -29,7 +31,7 @@ def collect(src: Path, dst: Path) -> list[Path]:
         for name in KEEP:
             if (run / name).is_file():
                 shutil.copy2(run / name, out / name)
-        for scores in run.glob("positions-*.json"):
+        for scores in RunDir(run).positions_files().values():
             shutil.copy2(scores, out / scores.name)
         if (run / "tb").is_dir():
             shutil.copytree(run / "tb", out / "tb")

@@ -99,8 +99,8 @@ def report_blocks(runset: RunSet, opts: ReportOptions, out: Path) -> list[Block]
         blocks.append(Paragraph(f"Protocol: {describe_rules(ctx.rules)}."))
         blocks.extend(Paragraph(line) for line in summary_lines(ctx, opts.baseline, opts.method))
         blocks.append(Heading("Per-task success", 3))
-        for protocol in ("rl", "crl"):
-            table = success_table(ctx, protocol, "own", opts.baseline, opts.method)
+        for protocol, field in (("rl", "own"), ("crl", "own"), ("rl", "heldout"), ("crl", "heldout")):
+            table = success_table(ctx, protocol, field, opts.baseline, opts.method)
             if table:
                 blocks.append(table)
         table = gap_table(ctx, opts.baseline, opts.method)
@@ -110,11 +110,11 @@ def report_blocks(runset: RunSet, opts: ReportOptions, out: Path) -> list[Block]
         if table:
             blocks.append(table)
         blocks.append(Heading("Robust aggregates", 3))
-        for protocol in ("rl", "crl"):
-            table = robust_table(ctx, protocol, opts.baseline, opts.method, opts.reps)
+        for protocol, field in (("rl", "own"), ("crl", "own"), ("rl", "heldout"), ("crl", "heldout")):
+            table = robust_table(ctx, protocol, opts.baseline, opts.method, opts.reps, field)
             if table:
                 blocks.append(table)
-            table = separation_table(ctx, protocol, opts.baseline, opts.method, opts.reps)
+            table = separation_table(ctx, protocol, opts.baseline, opts.method, opts.reps, field)
             if table:
                 blocks.append(table)
         table = cl_table(ctx, opts.baseline, opts.method)
@@ -127,7 +127,7 @@ def report_blocks(runset: RunSet, opts: ReportOptions, out: Path) -> list[Block]
             blocks.append(table)
         blocks.append(Heading("Figures", 3))
         blocks.extend(_figures(ctx, opts, out, scalars))
-    notes = incomplete_runs(runset) + [f"{p}: left out, {why}" for p, why in runset.dropped]
+    notes = incomplete_runs(runset) + [f"{p}: left out, {why}" for p, why in runset.dropped] + list(runset.notes)
     if notes:
         blocks.append(Heading("Notes", 2))
         blocks.append(Paragraph("Incomplete or left-out runs (incomplete runs count only in the per-task cells they evaluated):"))

@@ -74,6 +74,9 @@ class Run:
     :param segments: (first, last) global step of each task's segment; default ``i·steps_per_task``
     :param rules: the protocol the run recorded (episode length, shared task fields, clipping,
         eval positions); empty for runs written before ``results.json`` held it
+    :param heldout: own-task success of each task's checkpoint on held-out positions
+        (``positions-<N>.json`` of ``python -m rl_moe.positions``; NaN where not scored)
+    :param heldout_positions: N of that file; 0 when the run has none
     """
 
     path: Path
@@ -89,6 +92,8 @@ class Run:
     stored_cl: dict[str, Any] = field(default_factory=dict)
     segments: tuple[tuple[int, int], ...] = ()
     rules: dict[str, Any] = field(default_factory=dict)
+    heldout: tuple[float, ...] = ()
+    heldout_positions: int = 0
 
     def segment_start(self, i: int) -> int:
         """First global step of task ``i``'s training segment."""
@@ -183,6 +188,37 @@ def with_moved_settings(run: Run) -> Run:
     return replace(run, key=replace(run.key, method=f"{run.key.method} [{label}]"))
 
 
+def with_heldout(run: Run) -> tuple[Run, str | None]:
+    """The run with its held-out scores from the folder's ``positions-<N>.json`` of largest N.
+
+    The file also holds each checkpoint's success on the training positions; with fixed positions
+    and the deterministic policy it equals results.json's own success. Where it does not, or its
+    tasks are not the run's, the scores belong to another state of the run: they are left out,
+    and the second value says why (a line for the report's notes).
+    """
+    files = RunDir(run.path).positions_files()
+    if not files:
+        return replace(run, heldout=(float("nan"),) * len(run.tasks)), None
+    n, path = max(files.items())
+    try:
+        data = json.loads(path.read_text())
+        tasks = tuple(str(t) for t in data["tasks"])
+        heldout = [_num(v) for v in data["own_success_heldout"]]
+        train = [_num(v) for v in data["own_success_train"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ReportError(f"{path}: unreadable held-out scores ({type(exc).__name__}: {exc})") from None
+    if len(heldout) != len(tasks) or len(train) != len(tasks):
+        raise ReportError(f"{path}: {len(tasks)} tasks but {len(heldout)} held-out and {len(train)} training scores")
+    why = None
+    if tasks != run.tasks[: len(tasks)]:
+        why = f"its tasks {list(tasks)} are not the run's first {len(tasks)}"
+    elif any(not math.isclose(a, b, abs_tol=1e-9) for a, b in zip(train, run.own)):
+        why = f"its training-position success {train} differs from results.json's {list(run.own[: len(tasks)])} (rerun python -m rl_moe.positions)"
+    if why:
+        return replace(run, heldout=(float("nan"),) * len(run.tasks)), f"{path}: left out, {why}"
+    return replace(run, heldout=_padded(heldout, len(run.tasks), str(path)), heldout_positions=n), None
+
+
 def _rule_parts(rules: dict[str, Any]) -> dict[str, str]:
     """Each recorded rule as the words the report prints for it."""
     parts = {"episode_length": f"{rules.get('episode_length')}-step episodes"}
@@ -247,10 +283,12 @@ class RunSet:
 
     :param groups: key -> runs sorted by seed
     :param dropped: (folder, reason) of runs left out (duplicated seeds)
+    :param notes: held-out score files left out, and why (:func:`with_heldout`)
     """
 
     groups: dict[RunKey, tuple[Run, ...]]
     dropped: tuple[tuple[Path, str], ...]
+    notes: tuple[str, ...] = ()
 
     @property
     def runs(self) -> list[Run]:
@@ -270,13 +308,15 @@ def load_runs(paths: list[Path]) -> RunSet:
 
     :param paths: run folders, parent folders, or ``results.json`` files
     """
-    runs = []
+    runs, notes = [], []
     for f in find_results(paths):
         try:
             data = json.loads(f.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise ReportError(f"{f}: unreadable results ({exc})") from None
-        runs.append(with_moved_settings(parse_results(data, f)))
+        run, note = with_heldout(with_moved_settings(parse_results(data, f)))
+        runs.append(run)
+        notes += [note] if note else []
     by_suite: dict[str, Run] = {}
     for r in runs:
         ref = by_suite.setdefault(r.key.suite, r)
@@ -304,4 +344,4 @@ def load_runs(paths: list[Path]) -> RunSet:
         k: tuple(sorted(v, key=lambda r: r.seed))
         for k, v in sorted(groups.items(), key=lambda kv: (kv[0].suite, kv[0].algo, kv[0].protocol, kv[0].method))
     }
-    return RunSet(groups=ordered, dropped=tuple(sorted(dropped)))
+    return RunSet(groups=ordered, dropped=tuple(sorted(dropped)), notes=tuple(notes))

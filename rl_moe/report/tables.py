@@ -26,7 +26,11 @@ from rl_moe.report.stats import (
     task_auc,
 )
 
-FIELDS = {"own": "success right after each task's own segment", "final": "final-checkpoint success"}
+FIELDS = {
+    "own": "success right after each task's own segment",
+    "final": "final-checkpoint success",
+    "heldout": "own-task success of each task's checkpoint on held-out positions",
+}
 
 
 class PerTask(NamedTuple):
@@ -64,10 +68,10 @@ def method_order(methods: Sequence[str], baseline: str, method: str) -> list[str
 
 def seed_matrix(runs: Sequence[Run], field: str = "own") -> np.ndarray:
     """(seeds, tasks) success matrix of ``field`` ("own" or "final"), NaN where not evaluated."""
-    rows = {"own": [r.own for r in runs], "final": [r.final for r in runs]}
-    if field not in rows:
-        raise ValueError(f"unknown success field {field!r}; valid choices: {', '.join(rows)}")
-    return np.array(rows[field], dtype=float)
+    if field not in FIELDS:
+        raise ValueError(f"unknown success field {field!r}; valid choices: {', '.join(FIELDS)}")
+    nan = (float("nan"),)
+    return np.array([getattr(r, field) or nan * len(r.tasks) for r in runs], dtype=float).reshape(len(runs), -1)
 
 
 def per_task(runs: Sequence[Run], field: str = "own") -> PerTask:
@@ -88,13 +92,25 @@ def budget_note(steps_per_task: int) -> str:
     return note if steps_per_task >= PAPER_STEPS_PER_TASK else f"**{note}: below the paper's budget, not comparable**"
 
 
+def scored(runs: Sequence[Run], field: str) -> list[Run]:
+    """The runs with at least one task scored in ``field`` (every run for own success, which
+    counts incomplete runs in the cells they evaluated; the runs with ``positions-<N>.json`` for held-out)."""
+    return list(runs) if field != "heldout" else [r for r in runs if np.isfinite(r.heldout or (float("nan"),)).any()]
+
+
+def heldout_note(runs: Sequence[Run]) -> str:
+    """How many held-out positions the scored runs used ("25 held-out positions")."""
+    counts = sorted({r.heldout_positions for r in scored(runs, "heldout")})
+    return f"{' or '.join(map(str, counts))} held-out positions per task, besides the training ones (python -m rl_moe.positions)"
+
+
 def _seeds_label(runs: Sequence[Run]) -> str:
     return f"(n={len(runs)})"
 
 
 def success_table(ctx: Context, protocol: str, field: str, baseline: str, method: str) -> Table | None:
     """Tasks × methods table of mean ± std success under one protocol (Tables 13-16 layout)."""
-    by_method = ctx.runs.get(protocol, {})
+    by_method = {m: r for m, runs in ctx.runs.get(protocol, {}).items() if (r := scored(runs, field))}
     if not by_method:
         return None
     methods = method_order(list(by_method), baseline, method)
@@ -108,6 +124,8 @@ def success_table(ctx: Context, protocol: str, field: str, baseline: str, method
     rows.append(("average", *(fmt_ms(stats[m].average) for m in methods), *(fmt_ms(cells[-1]) for cells in paper.values())))
     header = ("task", *(f"{m} {_seeds_label(by_method[m])}" for m in methods), *(f"paper: {m} (n=5)" for m in paper))
     caption = f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {FIELDS[field]} (mean ± std over seeds)"
+    if field == "heldout":
+        caption += f"; {heldout_note([r for runs in by_method.values() for r in runs])}; n counts only the seeds scored"
     if paper:
         caption += f"; paper: SPHERE Table {13 if protocol == 'rl' else 14}; {budget_note(ctx.steps_per_task)}"
     return Table(header, tuple(rows), caption)
@@ -200,19 +218,19 @@ class Robust(NamedTuple):
     poi: Interval | None
 
 
-def complete_scores(runs: Sequence[Run]) -> np.ndarray:
-    """(R, T) own-segment success of the runs with every task evaluated."""
-    m = seed_matrix(runs)
+def complete_scores(runs: Sequence[Run], field: str = "own") -> np.ndarray:
+    """(R, T) success in ``field`` of the runs with every task evaluated."""
+    m = seed_matrix(runs, field)
     return m[np.isfinite(m).all(axis=1)]
 
 
-def robust(ctx: Context, protocol: str, baseline: str, reps: int, seed: int = 0) -> dict[str, Robust]:
+def robust(ctx: Context, protocol: str, baseline: str, reps: int, seed: int = 0, field: str = "own") -> dict[str, Robust]:
     """IQM and mean with stratified-bootstrap CIs per method; probability of improvement over ``baseline``."""
     by_method = ctx.runs.get(protocol, {})
-    base = complete_scores(by_method[baseline]) if baseline in by_method else np.empty((0, 0))
+    base = complete_scores(by_method[baseline], field) if baseline in by_method else np.empty((0, 0))
     out = {}
     for m, runs in by_method.items():
-        s = complete_scores(runs)
+        s = complete_scores(runs, field)
         if s.shape[0] == 0:
             continue
         poi = None
@@ -222,21 +240,24 @@ def robust(ctx: Context, protocol: str, baseline: str, reps: int, seed: int = 0)
     return out
 
 
+#: What the robust tables aggregate, per success field.
+AGGREGATED = {"own": "own-segment success", "final": "final-checkpoint success", "heldout": "held-out own-task success"}
+
 #: Runs per method at which the separation table gives the chance of separating.
 POWER_RUNS = (5, 10, 20)
 
 
-def separation_table(ctx: Context, protocol: str, baseline: str, method: str, reps: int) -> Table | None:
+def separation_table(ctx: Context, protocol: str, baseline: str, method: str, reps: int, field: str = "own") -> Table | None:
     """Each method's IQM difference from ``baseline`` with its CI, and the chance that such a CI
     excludes 0 at this and at larger seed counts, taking the observed runs as the population
     (:func:`~rl_moe.report.stats.power_to_separate`): how far the evidence is from separating them."""
     by_method = ctx.runs.get(protocol, {})
     if baseline not in by_method:
         return None
-    base = complete_scores(by_method[baseline])
+    base = complete_scores(by_method[baseline], field)
     rows = []
     for m in method_order(list(by_method), baseline, method):
-        s = complete_scores(by_method[m])
+        s = complete_scores(by_method[m], field)
         if m == baseline or s.shape[0] < 2 or base.shape[0] < 2:
             continue
         d = iqm_difference_ci(s, base, reps=reps)
@@ -251,15 +272,15 @@ def separation_table(ctx: Context, protocol: str, baseline: str, method: str, re
         return None
     header = ("method", f"runs (method / {baseline})", f"IQM − {baseline} [95% CI]", "CI excludes 0",
               "chance to separate at this count", *(f"at {n} runs each" for n in POWER_RUNS), "false separation at this count")  # fmt: skip
-    caption = (f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: IQM difference from {baseline} (each method's runs resampled per "
+    caption = (f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {AGGREGATED[field]}: IQM difference from {baseline} (each method's runs resampled per "
                "task) and the chance that its 95% CI excludes 0, resampling the observed runs as the population (400 simulated "
                "studies); the last column runs the same test with both methods' runs pooled on both sides, where the nominal rate is 0.05")  # fmt: skip
     return Table(header, tuple(rows), caption)
 
 
-def robust_table(ctx: Context, protocol: str, baseline: str, method: str, reps: int) -> Table | None:
+def robust_table(ctx: Context, protocol: str, baseline: str, method: str, reps: int, field: str = "own") -> Table | None:
     """Robust aggregates table of one protocol (95% stratified-bootstrap CIs)."""
-    res = robust(ctx, protocol, baseline, reps)
+    res = robust(ctx, protocol, baseline, reps, field=field)
     if not res:
         return None
 
@@ -268,7 +289,7 @@ def robust_table(ctx: Context, protocol: str, baseline: str, method: str, reps: 
 
     rows = tuple((m, str(res[m].n_runs), ci(res[m].iqm), ci(res[m].mean), ci(res[m].poi)) for m in method_order(list(res), baseline, method))
     header = ("method", "runs", "IQM [95% CI]", "mean [95% CI]", f"P(method > {baseline}) [95% CI]")
-    return Table(header, rows, f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: robust aggregates of own-segment success over runs × tasks")
+    return Table(header, rows, f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: robust aggregates of {AGGREGATED[field]} over runs × tasks")
 
 
 def summary_lines(ctx: Context, baseline: str, method: str) -> list[str]:
