@@ -1,4 +1,5 @@
-"""Interleaved timing so that machine noise hits every variant alike; ratios are what we report."""
+"""Interleaved timing so that machine noise hits every variant alike; ratios are what we report.
+Also the length of a paper task, onto which short measurements are projected."""
 
 from __future__ import annotations
 
@@ -20,3 +21,12 @@ def interleaved_medians(fns: dict[str, Callable[[], None]], rounds: int = 15, in
                 fn()
             samples[name].append((time.perf_counter() - t0) / inner)
     return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def paper_task_steps() -> int:
+    """Env steps of one task of the paper's CW10 protocol as a run trains it: 1M asked, rounded up
+    to whole PPO rollouts by the config's own rule (1,015,808 at 8 x 2048)."""
+    from rl_moe.continual.resolve import RunRequest, resolve  # lazy: most benchmarks only time
+
+    return resolve(RunRequest(suite="cw10", device="cpu")).effective_steps_per_task
+

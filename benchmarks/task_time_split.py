@@ -24,6 +24,8 @@ by the number of minibatches.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,8 +39,10 @@ from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 from rl_moe.continual.rng import env_seed
 from rl_moe.envs.factories import make_vec_env, task_factories
 
-TASK_STEPS = 1_015_808  # 62 rollouts of the paper's 8 x 2048
-PAPER_ROLLOUT = 16_384
+sys.path.insert(0, os.path.dirname(__file__))
+from _timing import paper_task_steps  # noqa: E402
+
+TASK_STEPS = paper_task_steps()
 
 
 class _EnvClock:

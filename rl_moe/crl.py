@@ -54,8 +54,8 @@ from rl_moe.continual.learners import LEARNERS, get_learner  # noqa: E402
 from rl_moe.continual.methods import METHODS  # noqa: E402
 from rl_moe.continual.resolve import DEVICES, RunRequest, check_reference, resolve, rules_tag, suite_rules  # noqa: E402
 from rl_moe.continual.resume import check_flags_match, check_resumable, extend_tasks, load_run, with_overrides  # noqa: E402
+from rl_moe.continual.run_view import RunView  # noqa: E402
 from rl_moe.continual.scheduler import ContinualScheduler  # noqa: E402
-from rl_moe.envs.factories import may_pool  # noqa: E402
 from rl_moe.envs.suites import SUITE_ALIASES, builtin_suites, current_suite_name, load_suite  # noqa: E402
 from rl_moe.envs.threads import ThreadPlan, parse_threads, split_threads, thread_plan  # noqa: E402
 from rl_moe.errors import DivergedError, UsageError  # noqa: E402
@@ -238,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     if note is not None:
         sys.stderr.write(note + "\n")
     plan = dataclasses.replace(plan, pool_threads=threads[1])
-    torch.set_num_threads(plan.for_task(native=may_pool(cfg.vec_env)))
+    # a suite whose tasks the pool never serves (the paper's fixed positions) starts on the official envs' threads
+    torch.set_num_threads(plan.for_task(native=RunView(cfg, run_dir).uses_pool))
 
     try:  # checked writable above; a folder that vanishes or a full disk can still refuse it
         run_dir.mkdir(parents=True, exist_ok=True)

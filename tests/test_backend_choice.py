@@ -167,3 +167,28 @@ def test_resuming_an_auto_run_without_envpool_is_refused_only_where_the_pool_ser
         check_resumable(tmp_path, cfgs["cw10-cw", 2])  # push-wall: the pool serves it
     check_resumable(tmp_path, cfgs["cw10-cw", 1])  # hammer alone: the official envs anyway
     check_resumable(tmp_path, cfgs["cw10-paper", 3])  # fixed positions: the official envs anyway
+
+
+@pytest.mark.parametrize(("suite", "tasks", "expected"), [("cw10-paper", 3, 1), ("cw10-cw", 2, 2)])
+def test_an_auto_run_starts_on_the_threads_of_the_backends_its_tasks_can_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suite: str, tasks: int, expected: int) -> None:
+    # Two torch threads only where the pool may serve one of the run's tasks (push-wall under the
+    # Continual World rules); the paper's fixed positions keep every task on the official envs.
+    from rl_moe.envs import threads
+
+    class Started(Exception):
+        pass
+
+    seen: list[int] = []
+
+    def first_setting(n: int) -> None:
+        seen.append(n)
+        raise Started
+
+    monkeypatch.setattr(envpool_env, "envpool_installed", lambda: True)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(threads, "busy_cores", lambda: 0.0)  # two free cores: the pool would get 2
+    monkeypatch.setattr(torch, "set_num_threads", first_setting)
+    with pytest.raises(Started):
+        main(["--suite", suite, "--tasks", str(tasks), "--vec-env", "auto", "--run-dir", str(tmp_path / "run"), "--no-progress", *CLI_TINY])
+    assert seen == [expected]

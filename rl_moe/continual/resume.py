@@ -27,7 +27,6 @@ from rl_moe.continual.rng import load as load_training_state
 from rl_moe.continual.run_view import RunView
 from rl_moe.envs import envpool_env
 from rl_moe.envs.envpool_env import INSTALL_HINT
-from rl_moe.envs.backend_choice import pool_serves
 from rl_moe.envs.factories import task_factories
 from rl_moe.envs.suites import SUITE_ALIASES, current_suite_name
 from rl_moe.errors import MissingDependencyError, UsageError, check_choice
@@ -84,18 +83,10 @@ def _check_weights(run_dir: Path, cfg: RunConfig, checkpoints: list[Path], probe
             raise UsageError(f"cannot resume {str(run_dir)!r}: checkpoint {str(ckpt)!r} does not fit config.json's network (first mismatch: {bad}); restore it or start a new run")
 
 
-def _needs_pool(cfg: RunConfig, run_dir: Path) -> bool:
-    """Whether the run steps or evaluates on the native pool: always under ``envpool``, and under
-    ``auto`` where the pool serves one of its tasks."""
-    if cfg.vec_env == "auto":
-        return any(pool_serves(t, cfg.suite_spec.family) for t in RunView(cfg, run_dir).tasks)
-    return cfg.vec_env == "envpool"
-
-
 def check_resumable(run_dir: Path, cfg: RunConfig) -> None:
     """A resumed run's results and finished-task checkpoints must be readable, and its env
     backend installed (a resume may not change the backend: the tasks left would differ)."""
-    if _needs_pool(cfg, run_dir) and not envpool_env.envpool_installed():  # at call time, like envs.resolve_vec_env_type
+    if RunView(cfg, run_dir).uses_pool and not envpool_env.envpool_installed():  # at call time, like envs.resolve_vec_env_type
         raise MissingDependencyError(f"cannot resume {str(run_dir)!r}: it steps or evaluates its envs with envpool ({cfg.vec_env}), which is not installed; install it with: {INSTALL_HINT}")
     files = RunDir(run_dir)
     path = files.results

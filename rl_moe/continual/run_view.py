@@ -15,7 +15,8 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from rl_moe.continual import rng
 from rl_moe.continual.config import RunConfig
-from rl_moe.envs.factories import EnvFactory, task_factories
+from rl_moe.envs.backend_choice import pool_serves
+from rl_moe.envs.factories import EnvFactory, may_pool, task_factories
 from rl_moe.envs.suite_spec import TaskSpec
 from rl_moe.rundir import RunDir
 
@@ -35,6 +36,14 @@ class RunView:
     def tasks(self) -> list[TaskSpec]:
         """The run's tasks, in order (a prefix of its suite's)."""
         return list(self.cfg.suite_spec.tasks[: len(self.cfg.tasks)])
+
+    @property
+    def uses_pool(self) -> bool:
+        """Whether the run steps or evaluates any task on the native pool: always under
+        ``envpool``, and under ``auto`` where the pool serves one of its tasks."""
+        if self.cfg.vec_env == "auto":
+            return any(pool_serves(t, self.cfg.suite_spec.family) for t in self.tasks)
+        return may_pool(self.cfg.vec_env)
 
     def eval_factories(self, j: int, heldout: bool | None = None, n_envs: int | None = None) -> list[EnvFactory]:
         """Fixed-seed eval envs of task ``j``: every checkpoint is scored on the same goals.
