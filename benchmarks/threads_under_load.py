@@ -64,10 +64,7 @@ def busy(n: int) -> Iterator[None]:
 
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import paper_task_steps  # noqa: E402
-
-#: The env steps of a paper-length task (1M asked, rounded up to whole 16,384-step rollouts).
-TASK_STEPS = paper_task_steps()
+from _timing import paper_task_steps  # noqa: E402  (imports rl_moe only when called)
 
 
 def run_once(suite: str, steps: int, cell: str, out: str, sets: list[str]) -> tuple[float, str]:
@@ -87,7 +84,7 @@ def run_once(suite: str, steps: int, cell: str, out: str, sets: list[str]) -> tu
     seconds = time.perf_counter() - start
     prov = json.loads(next(Path(out).rglob("results.json")).read_text())["provenance"][-1]
     measuring = float(prov.get("backend_seconds", 0.0))
-    seconds += measuring * (steps / TASK_STEPS - 1.0)
+    seconds += measuring * (steps / paper_task_steps() - 1.0)  # a paper-length task: 1M rounded up to whole rollouts
     chosen = prov["backend"] + (f"/{prov['pool_workers']}" if prov.get("pool_workers") else "")
     return seconds, chosen
 

@@ -93,7 +93,7 @@ class RunDir:
         found = {}
         for p in self.path.glob("positions-*.json"):
             n = p.stem.removeprefix("positions-")
-            if n.isdigit() and p.is_file():
+            if n.isdecimal() and n.isascii() and p.is_file():
                 found[int(n)] = p
         return dict(sorted(found.items()))
 

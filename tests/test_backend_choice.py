@@ -186,7 +186,7 @@ def test_an_auto_run_starts_on_the_threads_of_the_backends_its_tasks_can_use(tmp
 
     monkeypatch.setattr(envpool_env, "envpool_installed", lambda: True)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
     monkeypatch.setattr(threads, "busy_cores", lambda: 0.0)  # two free cores: the pool would get 2
     monkeypatch.setattr(torch, "set_num_threads", first_setting)
     with pytest.raises(Started):

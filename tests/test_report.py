@@ -610,6 +610,33 @@ def test_stale_heldout_scores_are_left_out_and_named(heldout_report: tuple[Path,
     notes = md[md.index("## Notes"):]
     assert "ppo-sphere-crl-s1/positions-25.json: left out, its training-position success [0.0, 1.0, 0.5] differs from results.json's [1.0, 1.0, 0.5]" in notes
     assert "topk-crl-s2" not in notes  # no file is no note
+    assert "robust aggregates of held-out own-task success (25 held-out positions per task" in md
+
+
+def test_without_positions_files_the_report_has_no_heldout_tables(report: tuple[Path, str]) -> None:
+    _, md = report
+    assert "held-out positions" not in md and "held-out own-task" not in md and "## Notes" not in md
+
+
+def test_heldout_scores_of_other_tasks_or_fewer_tasks_are_named(tmp_path: Path) -> None:
+    other = write_run(tmp_path, results("topk", "crl", 0, [1.0, 0.5, 0.0]))
+    write_positions(other, 25, [1.0, 0.5], [0.8, 0.4], tasks=["push", "reach"])
+    fewer = write_run(tmp_path, results("topk", "crl", 1, [1.0, 0.5, 0.0]))
+    write_positions(fewer, 25, [1.0, 0.5], [0.8, 0.4])  # scored after two tasks, the run went on
+    (fewer / "positions-x.json").write_text("{}")  # not a positions file: ignored
+    (fewer / "positions-\u00b2.json").write_text("{}")
+    by_seed = {r.seed: r for r in load_runs([tmp_path]).runs}
+    assert np.isnan(by_seed[0].heldout).all() and "its tasks ['push', 'reach'] are not the run's first 2" in by_seed[0].heldout_note
+    assert by_seed[1].heldout[:2] == (0.8, 0.4) and np.isnan(by_seed[1].heldout[2]) and by_seed[1].heldout_positions == 25
+    assert "covers 2 of the run's 3 finished tasks" in by_seed[1].heldout_note
+
+
+def test_a_renamed_positions_file_is_a_named_error(tmp_path: Path) -> None:
+    folder = write_run(tmp_path, results("topk", "crl", 0, [1.0, 0.5, 0.0]))
+    write_positions(folder, 20, [1.0, 0.5, 0.0], [0.8, 0.4, 0.0])
+    (folder / "positions-20.json").rename(folder / "positions-30.json")
+    with pytest.raises(ReportError, match=re.escape("positions-30.json: holds heldout_positions 20, but its name says 30")):
+        load_runs([tmp_path])
 
 
 def test_unreadable_heldout_scores_are_a_named_error(tmp_path: Path) -> None:

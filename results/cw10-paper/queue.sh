@@ -14,7 +14,8 @@ for spec in "$@"; do
   echo "\$ ${cmd[*]}   # commit 38279e8, worktree ~/rl_moe-exp3, venv ~/venv-exp3, $(date -u +%FT%TZ)" >> "$d/sweep.log"
   (cd ~/rl_moe-exp3 && OMP_NUM_THREADS=1 nice -n 10 ~/venv-exp3/bin/"${cmd[@]}" >> "$d/sweep.log" 2>&1)
   # a finished run's tasks scored on 25 held-out positions besides the training ones (issue 45, item 1)
-  if grep -q '"complete": true' "$d/results.json" 2>/dev/null && [ ! -f "$d/positions-25.json" ]; then
+  # (again after a continuation: results.json newer than the scores)
+  if grep -q '"complete": true' "$d/results.json" 2>/dev/null && { [ ! -f "$d/positions-25.json" ] || [ "$d/results.json" -nt "$d/positions-25.json" ]; }; then
     (cd ~/rl_moe-exp3 && OMP_NUM_THREADS=1 nice -n 10 ~/venv-exp3/bin/python -m rl_moe.positions "$d" --heldout 25 >> "$d/sweep.log" 2>&1)
   fi
 done

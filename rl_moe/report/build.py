@@ -127,11 +127,15 @@ def report_blocks(runset: RunSet, opts: ReportOptions, out: Path) -> list[Block]
             blocks.append(table)
         blocks.append(Heading("Figures", 3))
         blocks.extend(_figures(ctx, opts, out, scalars))
-    notes = incomplete_runs(runset) + [f"{p}: left out, {why}" for p, why in runset.dropped] + list(runset.notes)
-    if notes:
+    notes = incomplete_runs(runset) + [f"{p}: left out, {why}" for p, why in runset.dropped]
+    if notes or runset.heldout_notes:
         blocks.append(Heading("Notes", 2))
+    if notes:
         blocks.append(Paragraph("Incomplete or left-out runs (incomplete runs count only in the per-task cells they evaluated):"))
         blocks.extend(Paragraph(f"- {n}") for n in notes)
+    if runset.heldout_notes:
+        blocks.append(Paragraph("Held-out scores (positions-<N>.json) left out or partial:"))
+        blocks.extend(Paragraph(f"- {n}") for n in runset.heldout_notes)
     return blocks
 
 

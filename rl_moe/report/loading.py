@@ -77,6 +77,7 @@ class Run:
     :param heldout: own-task success of each task's checkpoint on held-out positions
         (``positions-<N>.json`` of ``python -m rl_moe.positions``; NaN where not scored)
     :param heldout_positions: N of that file; 0 when the run has none
+    :param heldout_note: why that file is left out or partial (:func:`with_heldout`); empty if neither
     """
 
     path: Path
@@ -94,6 +95,7 @@ class Run:
     rules: dict[str, Any] = field(default_factory=dict)
     heldout: tuple[float, ...] = ()
     heldout_positions: int = 0
+    heldout_note: str = ""
 
     def segment_start(self, i: int) -> int:
         """First global step of task ``i``'s training segment."""
@@ -188,35 +190,42 @@ def with_moved_settings(run: Run) -> Run:
     return replace(run, key=replace(run.key, method=f"{run.key.method} [{label}]"))
 
 
-def with_heldout(run: Run) -> tuple[Run, str | None]:
+def with_heldout(run: Run) -> Run:
     """The run with its held-out scores from the folder's ``positions-<N>.json`` of largest N.
 
     The file also holds each checkpoint's success on the training positions; with fixed positions
     and the deterministic policy it equals results.json's own success. Where it does not, or its
-    tasks are not the run's, the scores belong to another state of the run: they are left out,
-    and the second value says why (a line for the report's notes).
+    tasks are not the run's, the scores belong to another state of the run: they are left out.
+    Either that, or a file that covers fewer tasks than the run finished (a run continued after
+    it was scored), is said in ``heldout_note``, a line for the report's notes.
     """
     files = RunDir(run.path).positions_files()
+    none = replace(run, heldout=(float("nan"),) * len(run.tasks))
     if not files:
-        return replace(run, heldout=(float("nan"),) * len(run.tasks)), None
+        return none
     n, path = max(files.items())
     try:
         data = json.loads(path.read_text())
         tasks = tuple(str(t) for t in data["tasks"])
         heldout = [_num(v) for v in data["own_success_heldout"]]
         train = [_num(v) for v in data["own_success_train"]]
+        stated = data["heldout_positions"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ReportError(f"{path}: unreadable held-out scores ({type(exc).__name__}: {exc})") from None
     if len(heldout) != len(tasks) or len(train) != len(tasks):
         raise ReportError(f"{path}: {len(tasks)} tasks but {len(heldout)} held-out and {len(train)} training scores")
-    why = None
+    if stated != n:
+        raise ReportError(f"{path}: holds heldout_positions {stated!r}, but its name says {n}")
     if tasks != run.tasks[: len(tasks)]:
-        why = f"its tasks {list(tasks)} are not the run's first {len(tasks)}"
-    elif any(not math.isclose(a, b, abs_tol=1e-9) for a, b in zip(train, run.own)):
-        why = f"its training-position success {train} differs from results.json's {list(run.own[: len(tasks)])} (rerun python -m rl_moe.positions)"
-    if why:
-        return replace(run, heldout=(float("nan"),) * len(run.tasks)), f"{path}: left out, {why}"
-    return replace(run, heldout=_padded(heldout, len(run.tasks), str(path)), heldout_positions=n), None
+        return replace(none, heldout_note=f"{path}: left out, its tasks {list(tasks)} are not the run's first {len(tasks)}")
+    if any(not math.isclose(a, b, abs_tol=1e-9) for a, b in zip(train, run.own)):
+        why = f"its training-position success {train} differs from results.json's {list(run.own[: len(tasks)])}"
+        return replace(none, heldout_note=f"{path}: left out, {why} (rerun python -m rl_moe.positions)")
+    finished = sum(math.isfinite(v) for v in run.own)
+    note = ""
+    if len(tasks) < finished:
+        note = f"{path}: covers {len(tasks)} of the run's {finished} finished tasks (rerun python -m rl_moe.positions); the run counts only in their cells"
+    return replace(run, heldout=_padded(heldout, len(run.tasks), str(path)), heldout_positions=n, heldout_note=note)
 
 
 def _rule_parts(rules: dict[str, Any]) -> dict[str, str]:
@@ -283,16 +292,19 @@ class RunSet:
 
     :param groups: key -> runs sorted by seed
     :param dropped: (folder, reason) of runs left out (duplicated seeds)
-    :param notes: held-out score files left out, and why (:func:`with_heldout`)
     """
 
     groups: dict[RunKey, tuple[Run, ...]]
     dropped: tuple[tuple[Path, str], ...]
-    notes: tuple[str, ...] = ()
 
     @property
     def runs(self) -> list[Run]:
         return [r for runs in self.groups.values() for r in runs]
+
+    @property
+    def heldout_notes(self) -> list[str]:
+        """The kept runs' held-out score files that are left out or partial, and why."""
+        return [r.heldout_note for r in self.runs if r.heldout_note]
 
 
 def _preference(run: Run) -> tuple[bool, int, str]:
@@ -308,15 +320,13 @@ def load_runs(paths: list[Path]) -> RunSet:
 
     :param paths: run folders, parent folders, or ``results.json`` files
     """
-    runs, notes = [], []
+    runs = []
     for f in find_results(paths):
         try:
             data = json.loads(f.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise ReportError(f"{f}: unreadable results ({exc})") from None
-        run, note = with_heldout(with_moved_settings(parse_results(data, f)))
-        runs.append(run)
-        notes += [note] if note else []
+        runs.append(with_heldout(with_moved_settings(parse_results(data, f))))
     by_suite: dict[str, Run] = {}
     for r in runs:
         ref = by_suite.setdefault(r.key.suite, r)
@@ -344,4 +354,4 @@ def load_runs(paths: list[Path]) -> RunSet:
         k: tuple(sorted(v, key=lambda r: r.seed))
         for k, v in sorted(groups.items(), key=lambda kv: (kv[0].suite, kv[0].algo, kv[0].protocol, kv[0].method))
     }
-    return RunSet(groups=ordered, dropped=tuple(sorted(dropped)), notes=tuple(notes))
+    return RunSet(groups=ordered, dropped=tuple(sorted(dropped)))

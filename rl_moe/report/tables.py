@@ -26,10 +26,18 @@ from rl_moe.report.stats import (
     task_auc,
 )
 
+class Field(NamedTuple):
+    """A success field of :class:`~rl_moe.report.loading.Run`: what its per-task table shows, and
+    the short name of what the robust tables aggregate."""
+
+    table: str
+    short: str
+
+
 FIELDS = {
-    "own": "success right after each task's own segment",
-    "final": "final-checkpoint success",
-    "heldout": "own-task success of each task's checkpoint on held-out positions",
+    "own": Field("success right after each task's own segment", "own-segment success"),
+    "final": Field("final-checkpoint success", "final-checkpoint success"),
+    "heldout": Field("own-task success of each task's checkpoint on held-out positions", "held-out own-task success"),
 }
 
 
@@ -67,11 +75,11 @@ def method_order(methods: Sequence[str], baseline: str, method: str) -> list[str
 
 
 def seed_matrix(runs: Sequence[Run], field: str = "own") -> np.ndarray:
-    """(seeds, tasks) success matrix of ``field`` ("own" or "final"), NaN where not evaluated."""
+    """(seeds, tasks) success matrix of ``field`` (a key of :data:`FIELDS`), NaN where not evaluated."""
     if field not in FIELDS:
         raise ValueError(f"unknown success field {field!r}; valid choices: {', '.join(FIELDS)}")
     nan = (float("nan"),)
-    return np.array([getattr(r, field) or nan * len(r.tasks) for r in runs], dtype=float).reshape(len(runs), -1)
+    return np.array([getattr(r, field) or nan * len(r.tasks) for r in runs], dtype=float).reshape(len(runs), len(runs[0].tasks) if runs else 0)
 
 
 def per_task(runs: Sequence[Run], field: str = "own") -> PerTask:
@@ -101,7 +109,7 @@ def scored(runs: Sequence[Run], field: str) -> list[Run]:
 def heldout_note(runs: Sequence[Run]) -> str:
     """How many held-out positions the scored runs used ("25 held-out positions")."""
     counts = sorted({r.heldout_positions for r in scored(runs, "heldout")})
-    return f"{' or '.join(map(str, counts))} held-out positions per task, besides the training ones (python -m rl_moe.positions)"
+    return f"{' or '.join(map(str, counts))} held-out positions per task besides the training ones, scored by python -m rl_moe.positions"
 
 
 def _seeds_label(runs: Sequence[Run]) -> str:
@@ -123,7 +131,7 @@ def success_table(ctx: Context, protocol: str, field: str, baseline: str, method
     ]
     rows.append(("average", *(fmt_ms(stats[m].average) for m in methods), *(fmt_ms(cells[-1]) for cells in paper.values())))
     header = ("task", *(f"{m} {_seeds_label(by_method[m])}" for m in methods), *(f"paper: {m} (n=5)" for m in paper))
-    caption = f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {FIELDS[field]} (mean ± std over seeds)"
+    caption = f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {FIELDS[field].table} (mean ± std over seeds)"
     if field == "heldout":
         caption += f"; {heldout_note([r for runs in by_method.values() for r in runs])}; n counts only the seeds scored"
     if paper:
@@ -240,9 +248,6 @@ def robust(ctx: Context, protocol: str, baseline: str, reps: int, seed: int = 0,
     return out
 
 
-#: What the robust tables aggregate, per success field.
-AGGREGATED = {"own": "own-segment success", "final": "final-checkpoint success", "heldout": "held-out own-task success"}
-
 #: Runs per method at which the separation table gives the chance of separating.
 POWER_RUNS = (5, 10, 20)
 
@@ -272,7 +277,7 @@ def separation_table(ctx: Context, protocol: str, baseline: str, method: str, re
         return None
     header = ("method", f"runs (method / {baseline})", f"IQM − {baseline} [95% CI]", "CI excludes 0",
               "chance to separate at this count", *(f"at {n} runs each" for n in POWER_RUNS), "false separation at this count")  # fmt: skip
-    caption = (f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {AGGREGATED[field]}: IQM difference from {baseline} (each method's runs resampled per "
+    caption = (f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {_aggregated(by_method, field)}: IQM difference from {baseline} (each method's runs resampled per "
                "task) and the chance that its 95% CI excludes 0, resampling the observed runs as the population (400 simulated "
                "studies); the last column runs the same test with both methods' runs pooled on both sides, where the nominal rate is 0.05")  # fmt: skip
     return Table(header, tuple(rows), caption)
@@ -289,7 +294,15 @@ def robust_table(ctx: Context, protocol: str, baseline: str, method: str, reps: 
 
     rows = tuple((m, str(res[m].n_runs), ci(res[m].iqm), ci(res[m].mean), ci(res[m].poi)) for m in method_order(list(res), baseline, method))
     header = ("method", "runs", "IQM [95% CI]", "mean [95% CI]", f"P(method > {baseline}) [95% CI]")
-    return Table(header, rows, f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: robust aggregates of {AGGREGATED[field]} over runs × tasks")
+    caption = f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: robust aggregates of {_aggregated(ctx.runs.get(protocol, {}), field)} over runs × tasks"
+    return Table(header, rows, caption)
+
+
+def _aggregated(by_method: dict[str, tuple[Run, ...]], field: str) -> str:
+    """What a robust table aggregates, with the held-out positions it rests on."""
+    if field != "heldout":
+        return FIELDS[field].short
+    return f"{FIELDS[field].short} ({heldout_note([r for runs in by_method.values() for r in runs])})"
 
 
 def summary_lines(ctx: Context, baseline: str, method: str) -> list[str]:
