@@ -526,6 +526,10 @@ def test_iqm_difference_and_the_chance_to_separate_have_known_answers() -> None:
     # a real difference: more runs, more often separated
     better = np.clip(pop + 0.3, 0, 1)
     assert power_to_separate(better, pop, 20, sims=200, reps=400) > power_to_separate(better, pop, 3, sims=200, reps=400)
+    # unequal counts: more baseline runs narrow the baseline's side, so the CI excludes 0 more often;
+    # a method with one distinct run against a constant baseline is separated at any count
+    assert power_to_separate(better, pop, 3, sims=200, reps=400, n_baseline=30) > power_to_separate(better, pop, 3, sims=200, reps=400, n_baseline=2)
+    assert power_to_separate(ones, zeros, 2, sims=50, reps=200, n_baseline=7) == 1.0
 
 
 def test_the_report_says_how_far_the_methods_are_from_separating(report: tuple[Path, str]) -> None:

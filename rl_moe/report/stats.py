@@ -153,24 +153,34 @@ def iqm_difference_ci(x: np.ndarray, y: np.ndarray, reps: int = 10_000, confiden
 
 
 def power_to_separate(
-    x: np.ndarray, y: np.ndarray, n_runs: int, sims: int = 400, reps: int = 1_000, confidence: float = 0.95, seed: int = 0
+    x: np.ndarray,
+    y: np.ndarray,
+    n_runs: int,
+    sims: int = 400,
+    reps: int = 1_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    n_baseline: int | None = None,
 ) -> float:
-    """The chance that :func:`iqm_difference_ci` excludes 0 with ``n_runs`` runs per method, taking
-    the observed runs as the population: each simulated study draws ``n_runs`` whole runs (their
-    tasks together) with replacement from each method, then bootstraps its CI as the report does.
+    """The chance that :func:`iqm_difference_ci` excludes 0 with ``n_runs`` runs of the method and
+    ``n_baseline`` (default ``n_runs``) of the baseline, taking the observed runs as the
+    population: each simulated study draws whole runs (their tasks together) with replacement
+    from each method, then bootstraps its CI as the report does.
 
     :param x: (M, T) observed scores of the method
     :param y: (N, T) observed scores of the baseline
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n_base = n_runs if n_baseline is None else n_baseline
     rng = np.random.default_rng(seed)
     sx = x[rng.integers(0, len(x), size=(sims, n_runs))]  # (S, n, T)
-    sy = y[rng.integers(0, len(y), size=(sims, n_runs))]
+    sy = y[rng.integers(0, len(y), size=(sims, n_base))]
     t = x.shape[1]
     task = np.arange(t)
 
     def boot(study: np.ndarray) -> np.ndarray:  # (S, n, T) -> (S, reps) IQMs of stratified replicas
-        idx = rng.integers(0, n_runs, size=(sims, reps, n_runs, t))
+        n = study.shape[1]
+        idx = rng.integers(0, n, size=(sims, reps, n, t))
         replicas = study[np.arange(sims)[:, None, None, None], idx, task]  # (S, reps, n, T)
         return iqm(replicas.reshape(sims * reps, -1), axis=-1).reshape(sims, reps)
 

@@ -266,20 +266,22 @@ def separation_table(ctx: Context, protocol: str, baseline: str, method: str, re
         if m == baseline or s.shape[0] < 2 or base.shape[0] < 2:
             continue
         d = iqm_difference_ci(s, base, reps=reps)
-        counts = (max(s.shape[0], base.shape[0]), *POWER_RUNS)
-        chances = [f"{power_to_separate(s, base, n):.2f}" for n in counts]
+        # this study's own counts (method / baseline), then equal counts on both sides
+        counts = [(s.shape[0], base.shape[0]), *((n, n) for n in POWER_RUNS)]
+        chances = [f"{power_to_separate(s, base, n, n_baseline=nb):.2f}" for n, nb in counts]
         # The same pooled runs on both sides: how often such a CI "separates" two equal methods.
         pooled = np.concatenate([s, base])
-        false = power_to_separate(pooled, pooled, counts[0])
+        false = power_to_separate(pooled, pooled, s.shape[0], n_baseline=base.shape[0])
         separated = "yes" if d.low > 0 or d.high < 0 else "not separated yet"
         rows.append((m, f"{s.shape[0]} / {base.shape[0]}", f"{fmt(d.value)} [{fmt(d.low)}, {fmt(d.high)}]", separated, *chances, f"{false:.2f}"))
     if not rows:
         return None
     header = ("method", f"runs (method / {baseline})", f"IQM − {baseline} [95% CI]", "CI excludes 0",
-              "chance to separate at this count", *(f"at {n} runs each" for n in POWER_RUNS), "false separation at this count")  # fmt: skip
+              "chance to separate at these counts", *(f"at {n} runs each" for n in POWER_RUNS), "false separation at these counts")  # fmt: skip
     caption = (f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {_aggregated(by_method, field)}: IQM difference from {baseline} (each method's runs resampled per "
                "task) and the chance that its 95% CI excludes 0, resampling the observed runs as the population (400 simulated "
-               "studies); the last column runs the same test with both methods' runs pooled on both sides, where the nominal rate is 0.05")  # fmt: skip
+               "studies; \"these counts\": as many runs per method as observed); the last column runs the same test at these counts with both "
+               "methods' runs pooled on both sides, where the nominal rate is 0.05")  # fmt: skip
     return Table(header, tuple(rows), caption)
 
 
