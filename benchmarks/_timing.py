@@ -3,6 +3,7 @@ Also the length of a paper task, onto which short measurements are projected."""
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from typing import Callable
@@ -23,6 +24,7 @@ def interleaved_medians(fns: dict[str, Callable[[], None]], rounds: int = 15, in
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+@functools.cache
 def paper_task_steps() -> int:
     """Env steps of one task of the paper's CW10 protocol as a run trains it: 1M asked, rounded up
     to whole PPO rollouts by the config's own rule (1,015,808 at 8 x 2048)."""

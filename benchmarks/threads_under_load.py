@@ -111,10 +111,11 @@ def main() -> None:
     p.add_argument("--cells", nargs="+", default=["official/1", "official/2", "official/auto", "envpool/auto"], choices=list(CELLS))
     p.add_argument("--set", dest="sets", action="append", default=[], help="extra --set for every run, e.g. ppo.n_steps=512")
     args = p.parse_args()
-    from rl_moe.envs.envpool_env import ENVPOOL_VERIFIED  # lazy: the parent process only launches runs
+    from rl_moe.envs.backend_choice import pool_serves  # lazy: the parent process only launches runs
     from rl_moe.envs.suites import load_suite
 
-    tasks = [t for t in load_suite("cw10-cw").task_names if t in ENVPOOL_VERIFIED] if args.tasks == ["pool"] else args.tasks
+    cw = load_suite("cw10-cw")
+    tasks = [t.name for t in cw.tasks if pool_serves(t, cw.family)] if args.tasks == ["pool"] else args.tasks
     cells = [BASE, *(c for c in args.cells if c != BASE)]
     times: dict[tuple[str, int, str], list[float]] = {(t, n, c): [] for t in tasks for n in args.loads for c in cells}
     chosen: dict[tuple[str, int], list[str]] = {(t, n): [] for t in tasks for n in args.loads}

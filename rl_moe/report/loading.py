@@ -75,7 +75,8 @@ class Run:
     :param rules: the protocol the run recorded (episode length, shared task fields, clipping,
         eval positions); empty for runs written before ``results.json`` held it
     :param heldout: own-task success of each task's checkpoint on held-out positions
-        (``positions-<N>.json`` of ``python -m rl_moe.positions``; NaN where not scored)
+        (``positions-<N>.json`` of ``python -m rl_moe.positions``; NaN for a task it does not
+        cover, empty when the run has no usable file)
     :param heldout_positions: N of that file; 0 when the run has none
     :param heldout_note: why that file is left out or partial (:func:`with_heldout`); empty if neither
     """
@@ -200,9 +201,8 @@ def with_heldout(run: Run) -> Run:
     it was scored), is said in ``heldout_note``, a line for the report's notes.
     """
     files = RunDir(run.path).positions_files()
-    none = replace(run, heldout=(float("nan"),) * len(run.tasks))
     if not files:
-        return none
+        return run
     n, path = max(files.items())
     try:
         data = json.loads(path.read_text())
@@ -217,10 +217,10 @@ def with_heldout(run: Run) -> Run:
     if stated != n:
         raise ReportError(f"{path}: holds heldout_positions {stated!r}, but its name says {n}")
     if tasks != run.tasks[: len(tasks)]:
-        return replace(none, heldout_note=f"{path}: left out, its tasks {list(tasks)} are not the run's first {len(tasks)}")
+        return replace(run, heldout_note=f"{path}: left out, its tasks {list(tasks)} are not the run's first {len(tasks)}")
     if any(not math.isclose(a, b, abs_tol=1e-9) for a, b in zip(train, run.own)):
         why = f"its training-position success {train} differs from results.json's {list(run.own[: len(tasks)])}"
-        return replace(none, heldout_note=f"{path}: left out, {why} (rerun python -m rl_moe.positions)")
+        return replace(run, heldout_note=f"{path}: left out, {why} (rerun python -m rl_moe.positions)")
     finished = sum(math.isfinite(v) for v in run.own)
     note = ""
     if len(tasks) < finished:

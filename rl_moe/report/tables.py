@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -103,12 +103,12 @@ def budget_note(steps_per_task: int) -> str:
 def scored(runs: Sequence[Run], field: str) -> list[Run]:
     """The runs with at least one task scored in ``field`` (every run for own success, which
     counts incomplete runs in the cells they evaluated; the runs with ``positions-<N>.json`` for held-out)."""
-    return list(runs) if field != "heldout" else [r for r in runs if np.isfinite(r.heldout or (float("nan"),)).any()]
+    return list(runs) if field != "heldout" else [r for r in runs if np.isfinite(r.heldout).any()]
 
 
-def heldout_note(runs: Sequence[Run]) -> str:
+def heldout_note(by_method: Mapping[str, Sequence[Run]]) -> str:
     """How many held-out positions the scored runs used ("25 held-out positions")."""
-    counts = sorted({r.heldout_positions for r in scored(runs, "heldout")})
+    counts = sorted({r.heldout_positions for runs in by_method.values() for r in scored(runs, "heldout")})
     return f"{' or '.join(map(str, counts))} held-out positions per task besides the training ones, scored by python -m rl_moe.positions"
 
 
@@ -133,7 +133,7 @@ def success_table(ctx: Context, protocol: str, field: str, baseline: str, method
     header = ("task", *(f"{m} {_seeds_label(by_method[m])}" for m in methods), *(f"paper: {m} (n=5)" for m in paper))
     caption = f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {FIELDS[field].table} (mean ± std over seeds)"
     if field == "heldout":
-        caption += f"; {heldout_note([r for runs in by_method.values() for r in runs])}; n counts only the seeds scored"
+        caption += f"; {heldout_note(by_method)}; n counts only the seeds scored"
     if paper:
         caption += f"; paper: SPHERE Table {13 if protocol == 'rl' else 14}; {budget_note(ctx.steps_per_task)}"
     return Table(header, tuple(rows), caption)
@@ -300,11 +300,11 @@ def robust_table(ctx: Context, protocol: str, baseline: str, method: str, reps: 
     return Table(header, rows, caption)
 
 
-def _aggregated(by_method: dict[str, tuple[Run, ...]], field: str) -> str:
+def _aggregated(by_method: Mapping[str, Sequence[Run]], field: str) -> str:
     """What a robust table aggregates, with the held-out positions it rests on."""
     if field != "heldout":
         return FIELDS[field].short
-    return f"{FIELDS[field].short} ({heldout_note([r for runs in by_method.values() for r in runs])})"
+    return f"{FIELDS[field].short} ({heldout_note(by_method)})"
 
 
 def summary_lines(ctx: Context, baseline: str, method: str) -> list[str]:
