@@ -1,7 +1,8 @@
 """PPO update cost, host syncs and end-to-end CW10 throughput on one device, in one run.
 
-Part 1 (update): per-minibatch time of one PPO update (batch 256, the paper's CW10 dims: obs 39,
-act 4) and, from the torch profiler, aten ops, CUDA launch calls and host syncs per minibatch, for
+Part 1 (update, unless ``--skip-update``): per-minibatch time of one PPO update (batch 256, the
+paper's CW10 dims: obs 39, act 4) and, from the torch profiler, aten ops, CUDA launch calls and
+host syncs per minibatch, for
 
 - ``sb3 mlp 3x256``: stock ``stable_baselines3.PPO("MlpPolicy")`` with 3 x 256 ReLU layers;
 - ``topk``: Top-K MoE actor (E experts, K=2, 3 x 256), dense critic, sync-free update
@@ -189,11 +190,13 @@ def part_rollout(device: str, n_envs: int, n_steps: int, rounds: int) -> None:
             samples[name].append(time.perf_counter() - t0)
     secs = {k: statistics.median(v) for k, v in samples.items()}
     print(f"\nRollout on {device}: {n_envs} envs x {n_steps} steps of a no-op env, E=10, K=2, 3x256, median of {rounds}")
-    print(f"  {'variant':<26} {'ms/step':>8} {'x device':>9} {'ops':>7} {'launches':>9} {'syncs':>6}")
+    print(f"  {'variant':<26} {'ms/step':>8} {'x device':>9} {'ops':>7} {'launches':>9} {'syncs':>6}  syncs by name")
     for name, fn in calls.items():
-        ops, launches, syncs = count_ops(fn).per(n_steps)
+        counts = count_ops(fn)
+        ops, launches, syncs = counts.per(n_steps)
         ms = 1e3 * secs[name] / n_steps
-        print(f"  {name:<26} {ms:8.3f} {secs[name] / secs['topk, device buffer+graph']:9.2f} {ops:7.1f} {launches:9.1f} {syncs:6.2f}")
+        by_name = ", ".join(f"{k} {v / n_steps:.2f}" for k, v in sorted(counts.sync_names.items()))
+        print(f"  {name:<26} {ms:8.3f} {secs[name] / secs['topk, device buffer+graph']:9.2f} {ops:7.1f} {launches:9.1f} {syncs:6.2f}  {by_name}")
 
 
 def part_e2e(device: str, task: str, n_envs: int, n_steps: int, updates: int, vec_env: str) -> None:
@@ -250,6 +253,7 @@ def main() -> None:
     p.add_argument("--experts", type=int, nargs="+", default=[10])
     p.add_argument("--minibatches", type=int, default=16)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--skip-update", action="store_true")
     p.add_argument("--skip-e2e", action="store_true")
     p.add_argument("--skip-rollout", action="store_true")
     p.add_argument("--static", action="store_true", help="static-shape MoE layers on a CPU too (the GPU layout)")
@@ -261,7 +265,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the CLI uses 1)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    for e in args.experts:
+    for e in [] if args.skip_update else args.experts:
         part_update(args.device, e, args.minibatches, args.rounds, args.static)
     if not args.skip_rollout:
         part_rollout(args.device, args.n_envs, 256, args.rounds)
