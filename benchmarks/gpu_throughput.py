@@ -265,8 +265,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the CLI uses 1)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    for e in [] if args.skip_update else args.experts:
-        part_update(args.device, e, args.minibatches, args.rounds, args.static)
+    if not args.skip_update:
+        for e in args.experts:
+            part_update(args.device, e, args.minibatches, args.rounds, args.static)
     if not args.skip_rollout:
         part_rollout(args.device, args.n_envs, 256, args.rounds)
     if not args.skip_e2e:

@@ -630,7 +630,7 @@ def test_heldout_scores_of_other_tasks_or_fewer_tasks_are_named(tmp_path: Path) 
     (fewer / "positions-x.json").write_text("{}")  # not a positions file: ignored
     (fewer / "positions-\u00b2.json").write_text("{}")
     by_seed = {r.seed: r for r in load_runs([tmp_path]).runs}
-    assert np.isnan(by_seed[0].heldout).all() and by_seed[0].heldout_positions == 0 and "its tasks ['push', 'reach'] are not the run's first 2" in by_seed[0].heldout_note
+    assert by_seed[0].heldout == () and by_seed[0].heldout_positions == 0 and "its tasks ['push', 'reach'] are not the run's first 2" in by_seed[0].heldout_note
     assert by_seed[1].heldout[:2] == (0.8, 0.4) and np.isnan(by_seed[1].heldout[2]) and by_seed[1].heldout_positions == 25
     assert "covers 2 of the run's 3 finished tasks" in by_seed[1].heldout_note
 
