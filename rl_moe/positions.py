@@ -8,7 +8,8 @@ Under MetaWorld's ``fixed`` positions a run's success rests on the few positions
 drew (``eval.n_envs``, 5 by default): one position more or less moves a seed's score by 0.2. This
 scores each finished task's checkpoint on its own task, on the training envs' positions and on
 ``--heldout`` held-out positions (the run's own held-out envs first, then new ones from the seeds
-that follow), and the last checkpoint on every task it has seen. With fixed positions and the
+that follow), and the last checkpoint on every task it has seen, on the backend the run evaluated
+on (``vec_env``: a native pool where it serves the task, else the official envs). With fixed positions and the
 deterministic policy an episode per position says all there is (``--episodes`` is per position).
 The result goes to ``RUN_DIR/positions-<N>.json``; nothing of the run is modified.
 """
@@ -72,7 +73,8 @@ def score(run_dir: Path, cfg: Any, results: dict[str, Any], heldout: int, episod
             model, rms = load_task_model(sched, i, env, "cpu")
 
             def on(j: int, is_heldout: bool, n: int) -> EvalResult:
-                return evaluate(model, sched.eval_factories(j, is_heldout, n), n * episodes, rms, "dummy")  # noqa: B023
+                # on the run's backend, as its own evaluations were (a native pool where it serves the task)
+                return evaluate(model, sched.eval_factories(j, is_heldout, n), n * episodes, rms, cfg.vec_env)  # noqa: B023
 
             own_train.append(on(i, False, cfg.eval.n_envs))
             own_heldout.append(on(i, True, heldout))
@@ -82,7 +84,7 @@ def score(run_dir: Path, cfg: Any, results: dict[str, Any], heldout: int, episod
         env.close()
     names = [t.name for t in sched.tasks[:finished]]
     return {
-        "tasks": names, "heldout_positions": heldout, "train_positions": cfg.eval.n_envs, "episodes_per_position": episodes,
+        "tasks": names, "vec_env": cfg.vec_env, "heldout_positions": heldout, "train_positions": cfg.eval.n_envs, "episodes_per_position": episodes,
         "own_success_train": [r.success for r in own_train], "own_success_heldout": [r.success for r in own_heldout],
         "own_return_train": [r.mean_return for r in own_train], "own_return_heldout": [r.mean_return for r in own_heldout],
         "last_checkpoint_heldout": [r.success for r in last_row],

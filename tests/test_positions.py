@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rl_moe.crl import main as crl
+from rl_moe.envs.envpool_env import envpool_installed
 from rl_moe.positions import main
 
 ARGV = ["--suite", "cw10", "--method", "topk", "--tasks", "2", "--steps-per-task", "256", "--preset", "tiny", "--vec-env", "dummy",
@@ -34,6 +35,24 @@ def test_at_the_runs_own_count_it_reproduces_the_end_of_task_scores(run: Path) -
         assert out["own_return_train"][i] == pytest.approx(curve["return"][-1], rel=1e-9)
         assert out["own_return_heldout"][i] == pytest.approx(curve["return_heldout"][-1], rel=1e-9)
     assert len(out["last_checkpoint_heldout"]) == 2
+
+
+@pytest.mark.skipif(not envpool_installed(), reason="envpool is not installed (pip install 'rl_moe[envpool]')")
+def test_a_pool_run_is_scored_on_the_pool_it_evaluated_on(tmp_path: Path) -> None:
+    """Under ``cw10-cw`` on EnvPool, push-wall trains and evaluates on the pool (hammer stays on the
+    official envs): the official envs' positions would give other returns."""
+    run = tmp_path / "run"
+    argv = [a if a != "cw10" else "cw10-cw" for a in ARGV]
+    assert crl([*argv[: argv.index("--vec-env")], *argv[argv.index("--vec-env") + 2 :], "--vec-env", "envpool", "--run-dir", str(run)]) == 0
+    results = json.loads((run / "results.json").read_text())
+    assert [p["backend"] for p in results["provenance"]][-1].startswith("envpool")
+    evals = json.loads((run / "config.json").read_text())["eval"]
+    assert evals["positions"] == "heldout"  # the protocol's curves are the held-out positions'
+    assert main([str(run), "--heldout", str(evals["n_envs"])]) == 0
+    out = json.loads((run / f"positions-{evals['n_envs']}.json").read_text())
+    assert out["vec_env"] == "envpool"
+    for i, task in enumerate(out["tasks"]):
+        assert out["own_return_heldout"][i] == pytest.approx(results["eval_curves"][task]["return"][-1], rel=1e-9), task
 
 
 def test_more_positions_extend_the_runs_own(run: Path) -> None:
