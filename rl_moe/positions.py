@@ -9,8 +9,9 @@ drew (``eval.n_envs``, 5 by default): one position more or less moves a seed's s
 scores each finished task's checkpoint on its own task, on the training envs' positions and on
 ``--heldout`` held-out positions (the run's own held-out envs first, then new ones from the seeds
 that follow), and the last checkpoint on every task it has seen, on the backend the run evaluated
-on (``vec_env``: a native pool where it serves the task, else the official envs). With fixed positions and the
-deterministic policy an episode per position says all there is (``--episodes`` is per position).
+on (``vec_env``: a native pool where it serves the task, else the official envs). With fixed
+positions and the deterministic policy an episode per position says all there is (``--episodes``
+is per position).
 The result goes to ``RUN_DIR/positions-<N>.json``; nothing of the run is modified.
 """
 

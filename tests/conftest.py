@@ -19,6 +19,11 @@ import pytest  # noqa: E402
 
 SUITES = Path(__file__).resolve().parents[1] / "envs" / "suites"
 
+from rl_moe.envs.envpool_env import envpool_installed  # noqa: E402
+
+#: Real-EnvPool tests: skipped where the ``envpool`` extra is not installed.
+needs_envpool = pytest.mark.skipif(not envpool_installed(), reason="envpool is not installed (pip install 'rl_moe[envpool]')")
+
 
 @pytest.fixture
 def faucet_suite(tmp_path: Path) -> Path:

@@ -17,9 +17,8 @@ from rl_moe.envs.backend_choice import OFFICIAL, BackendChoice, Candidate, candi
 from rl_moe.envs.factories import task_factories
 from rl_moe.envs.suites import load_suite
 from rl_moe.rundir import RunDir
-from tests.conftest import CLI_TINY
+from tests.conftest import CLI_TINY, needs_envpool
 
-needs_envpool = pytest.mark.skipif(not envpool_env.envpool_installed(), reason="envpool is not installed (pip install 'rl_moe[envpool]')")
 CW = load_suite("cw10-cw")  # positions resampled: EnvPool serves 7 of its 10 tasks
 PAPER = load_suite("cw10-paper")  # fixed positions: the official envs only
 

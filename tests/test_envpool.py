@@ -20,13 +20,13 @@ from rl_moe.continual.evaluation import EvalEnvs
 from rl_moe.crl import main
 from rl_moe.envs import envpool_env
 from rl_moe.envs.backend_check import N_EPISODES, expert_statistics
-from rl_moe.envs.envpool_env import ENVPOOL_MISMATCHED, ENVPOOL_VERIFIED, EnvPoolMetaWorld, envpool_installed, envpool_task_id, official_observation_space
+from rl_moe.envs.envpool_env import ENVPOOL_MISMATCHED, ENVPOOL_VERIFIED, EnvPoolMetaWorld, envpool_task_id, official_observation_space
 from rl_moe.envs.factories import make_vec_env, resolve_vec_env_type, task_factories
 from rl_moe.envs.suites import load_suite
 from rl_moe.envs.threads import parse_threads, split_threads
 from rl_moe.errors import MissingDependencyError, UsageError
+from tests.conftest import needs_envpool
 
-needs_envpool = pytest.mark.skipif(not envpool_installed(), reason="envpool is not installed (pip install 'rl_moe[envpool]')")
 STATS = Path(__file__).parent / "data" / "cw10_expert_stats.json"
 CW10 = load_suite("cw10-cw")
 

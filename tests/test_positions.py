@@ -9,17 +9,20 @@ from pathlib import Path
 import pytest
 
 from rl_moe.crl import main as crl
-from rl_moe.envs.envpool_env import envpool_installed
 from rl_moe.positions import main
+from tests.conftest import needs_envpool
 
-ARGV = ["--suite", "cw10", "--method", "topk", "--tasks", "2", "--steps-per-task", "256", "--preset", "tiny", "--vec-env", "dummy",
-        "--no-progress", "--set", "eval.evals_per_task=1", "--set", "probe.enabled=false"]  # fmt: skip
+
+def argv(suite: str = "cw10", vec_env: str = "dummy") -> list[str]:
+    """A tiny two-task run (hammer, push-wall) of ``suite`` on ``vec_env``."""
+    return ["--suite", suite, "--method", "topk", "--tasks", "2", "--steps-per-task", "256", "--preset", "tiny", "--vec-env", vec_env,
+            "--no-progress", "--set", "eval.evals_per_task=1", "--set", "probe.enabled=false"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("positions") / "run"
-    assert crl([*ARGV, "--run-dir", str(path)]) == 0
+    assert crl([*argv(), "--run-dir", str(path)]) == 0
     return path
 
 
@@ -37,15 +40,14 @@ def test_at_the_runs_own_count_it_reproduces_the_end_of_task_scores(run: Path) -
     assert len(out["last_checkpoint_heldout"]) == 2
 
 
-@pytest.mark.skipif(not envpool_installed(), reason="envpool is not installed (pip install 'rl_moe[envpool]')")
+@needs_envpool
 def test_a_pool_run_is_scored_on_the_pool_it_evaluated_on(tmp_path: Path) -> None:
     """Under ``cw10-cw`` on EnvPool, push-wall trains and evaluates on the pool (hammer stays on the
     official envs): the official envs' positions would give other returns."""
     run = tmp_path / "run"
-    argv = [a if a != "cw10" else "cw10-cw" for a in ARGV]
-    assert crl([*argv[: argv.index("--vec-env")], *argv[argv.index("--vec-env") + 2 :], "--vec-env", "envpool", "--run-dir", str(run)]) == 0
+    assert crl([*argv("cw10-cw", "envpool"), "--run-dir", str(run)]) == 0
     results = json.loads((run / "results.json").read_text())
-    assert [p["backend"] for p in results["provenance"]][-1].startswith("envpool")
+    assert results["provenance"][-1]["backend"].startswith("envpool")
     evals = json.loads((run / "config.json").read_text())["eval"]
     assert evals["positions"] == "heldout"  # the protocol's curves are the held-out positions'
     assert main([str(run), "--heldout", str(evals["n_envs"])]) == 0
