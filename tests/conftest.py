@@ -8,6 +8,16 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+# SB3 makes an empty /tmp/SB3-<time> folder for every model that logs nowhere (thousands per test
+# session); point it at one scratch folder that goes away with the session.
+if "SB3_LOGDIR" not in os.environ:
+    os.environ["SB3_LOGDIR"] = tempfile.mkdtemp(prefix="rl_moe-tests-sb3-")
+    atexit.register(shutil.rmtree, os.environ["SB3_LOGDIR"], True)
+
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
