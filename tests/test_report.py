@@ -538,7 +538,46 @@ def test_the_report_says_how_far_the_methods_are_from_separating(report: tuple[P
     assert caption in md
     row = table_row(md, caption, "sphere")
     assert row[0] == "2 / 2" and row[2] in ("yes", "not separated yet") and all(0.0 <= float(v) <= 1.0 for v in row[3:])
-    assert len(row) == 8  # runs, difference, verdict, 4 chances, the false-separation rate
+    assert len(row) == 9  # runs, difference, verdict, permutation p, 4 chances, the false-separation rate
+
+
+def _brute_force_permutation_p(x: np.ndarray, y: np.ndarray) -> float:
+    from itertools import combinations
+
+    from rl_moe.report.stats import iqm
+
+    pooled, m = np.concatenate([x, y]), len(x)
+    observed, hits, splits = abs(iqm(x) - iqm(y)), 0, 0
+    for group in combinations(range(len(pooled)), m):
+        rest = [i for i in range(len(pooled)) if i not in group]
+        hits += abs(iqm(pooled[list(group)]) - iqm(pooled[rest])) >= observed - 1e-12
+        splits += 1
+    return hits / splits
+
+
+def test_the_permutation_p_value_has_known_answers_and_holds_its_level() -> None:
+    from rl_moe.report.stats import permutation_p
+
+    # 3 runs of ones against 3 of zeros: of the C(6, 3) = 20 splits only the observed one and its
+    # mirror reach |difference| 1
+    assert permutation_p(np.ones((3, 2)), np.zeros((3, 2))) == pytest.approx(2 / 20)
+    assert permutation_p(np.ones((4, 3)), np.ones((4, 3))) == 1.0  # nothing to tell apart
+    rng = np.random.default_rng(3)
+    levels = np.array([0.0, 0.2, 0.4, 1.0])
+    for m, n in ((4, 3), (5, 5), (2, 6)):
+        x, y = rng.choice(levels, size=(m, 3)), rng.choice(levels, size=(n, 3))
+        exact = _brute_force_permutation_p(x, y)
+        assert permutation_p(x, y) == pytest.approx(exact)
+        # random splits when there are too many to list: close to the exact value, never below 1/(S+1)
+        sampled = permutation_p(x, y, max_splits=4000, seed=1)
+        assert abs(sampled - exact) < 0.04 and sampled >= 1 / 4001
+    # level: two methods with one distribution of run scores are "separated" at p <= 0.05 in at most
+    # 5% of studies (exact test; 300 studies of 5 against 5, 3 tasks; binomial sd 0.013)
+    population = rng.choice(levels, size=(40, 3))
+    rejected = [permutation_p(population[rng.integers(0, 40, 5)], population[rng.integers(0, 40, 5)]) <= 0.05 for _ in range(300)]
+    assert np.mean(rejected) <= 0.05 + 0.03
+    # and it does separate a real difference once there are enough runs
+    assert permutation_p(np.clip(population[:8] + 0.5, 0, 1), population[8:16]) < 0.01
 
 
 def test_a_set_variant_of_a_method_is_its_own_group() -> None:
