@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 import subprocess
 import sys
@@ -568,16 +569,28 @@ def test_the_permutation_p_value_has_known_answers_and_holds_its_level() -> None
         x, y = rng.choice(levels, size=(m, 3)), rng.choice(levels, size=(n, 3))
         exact = _brute_force_permutation_p(x, y)
         assert permutation_p(x, y) == pytest.approx(exact)
-        # random splits when there are too many to list: close to the exact value, never below 1/(S+1)
-        sampled = permutation_p(x, y, max_splits=4000, seed=1)
-        assert abs(sampled - exact) < 0.04 and sampled >= 1 / 4001
-    # level: two methods with one distribution of run scores are "separated" at p <= 0.05 in at most
-    # 5% of studies (exact test; 300 studies of 5 against 5, 3 tasks; binomial sd 0.013)
-    population = rng.choice(levels, size=(40, 3))
-    rejected = [permutation_p(population[rng.integers(0, 40, 5)], population[rng.integers(0, 40, 5)]) <= 0.05 for _ in range(300)]
-    assert np.mean(rejected) <= 0.05 + 0.03
+        # random splits when there are too many to list: close to the exact value
+        assert abs(permutation_p(x, y, max_splits=4000, seed=1) - exact) < 0.04
+    # 10 runs far above 10 others: exactly 2 of the C(20, 10) splits are as extreme, and 50 random
+    # splits plus the observed one give a p of at least 1/51 (the observed split counts), never 0
+    high, low = 1.0 + rng.random((10, 3)) * 0.1, rng.random((10, 3)) * 0.1
+    assert permutation_p(high, low, max_splits=200_000) == pytest.approx(2 / math.comb(20, 10))
+    assert 1 / 51 <= permutation_p(high, low, max_splits=50, seed=2) <= 3 / 51
+    # level: two methods whose runs come from one distribution (tasks of a run correlated through a
+    # per-run skill) are "separated" at p <= a in at most a fraction a of studies, at every a;
+    # 1000 studies of 5 against 5 runs, binomial sd <= 0.013
+    def runs(k: int) -> np.ndarray:
+        skill = rng.random((k, 1))
+        return levels[np.clip((skill * 4 + rng.normal(0, 0.7, (k, 3))).astype(int), 0, 3)]
+
+    ps = np.array([permutation_p(runs(5), runs(5)) for _ in range(1000)])
+    for a in (0.05, 0.1, 0.2, 0.5):
+        assert np.mean(ps <= a) <= a + 0.03, (a, np.mean(ps <= a))
     # and it does separate a real difference once there are enough runs
-    assert permutation_p(np.clip(population[:8] + 0.5, 0, 1), population[8:16]) < 0.01
+    assert permutation_p(0.5 + 0.5 * runs(8), 0.5 * runs(8)) < 0.01
+    for bad in ((np.ones((3, 2)), np.ones((0, 2))), (np.ones((3, 2)), np.ones((3, 3))), (np.full((2, 2), np.nan), np.ones((2, 2)))):
+        with pytest.raises(ValueError):
+            permutation_p(*bad)
 
 
 def test_a_set_variant_of_a_method_is_its_own_group() -> None:

@@ -282,7 +282,7 @@ def separation_table(ctx: Context, protocol: str, baseline: str, method: str, re
               "chance to separate at these counts", *(f"at {n} runs each" for n in POWER_RUNS), "false separation at these counts")  # fmt: skip
     caption = (f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {_aggregated(by_method, field)}: IQM difference from {baseline} (each method's runs resampled per "
                "task); the two-sided p-value of that difference when whole runs are exchanged between the two methods (every split "
-               "when there are at most 20,000; exact at any seed count, unlike the CI); and the chance that its 95% CI excludes 0, resampling the observed runs as the population (400 simulated "
+               "when there are at most 20,000; valid at any seed count, unlike the CI); and the chance that its 95% CI excludes 0, resampling the observed runs as the population (400 simulated "
                "studies; \"these counts\": as many runs per method as observed); the last column runs the same test at these counts with both "
                "methods' runs pooled on both sides, where the nominal rate is 0.05")  # fmt: skip
     return Table(header, tuple(rows), caption)
