@@ -538,8 +538,9 @@ def test_the_report_says_how_far_the_methods_are_from_separating(report: tuple[P
     caption = "chance that its 95% CI excludes 0"
     assert caption in md
     row = table_row(md, caption, "sphere")
-    assert row[0] == "2 / 2" and row[2] in ("yes", "not separated yet") and all(0.0 <= float(v) <= 1.0 for v in row[3:])
-    assert len(row) == 9  # runs, difference, verdict, permutation p, 4 chances, the false-separation rate
+    assert row[0] == "2 / 2" and row[2] in ("yes", "not separated yet") and all(0.0 <= float(v) <= 1.0 for v in row[3:-1])
+    assert len(row) == 10  # runs, difference, verdict, permutation p, 4 chances, the false-separation rate, the test's power
+    assert all(0.0 <= float(v) <= 1.0 for v in row[-1].split(" / ")) and len(row[-1].split(" / ")) == 3
 
 
 def _brute_force_permutation_p(x: np.ndarray, y: np.ndarray) -> float:
@@ -557,7 +558,7 @@ def _brute_force_permutation_p(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def test_the_permutation_p_value_has_known_answers_and_holds_its_level() -> None:
-    from rl_moe.report.stats import permutation_p
+    from rl_moe.report.stats import permutation_p, permutation_power
 
     # 3 runs of ones against 3 of zeros: of the C(6, 3) = 20 splits only the observed one and its
     # mirror reach |difference| 1
@@ -586,8 +587,13 @@ def test_the_permutation_p_value_has_known_answers_and_holds_its_level() -> None
     ps = np.array([permutation_p(runs(5), runs(5)) for _ in range(1000)])
     for a in (0.05, 0.1, 0.2, 0.5):
         assert np.mean(ps <= a) <= a + 0.03, (a, np.mean(ps <= a))
-    # and it does separate a real difference once there are enough runs
+    # and it does separate a real difference once there are enough runs; its power grows with them
     assert permutation_p(0.5 + 0.5 * runs(8), 0.5 * runs(8)) < 0.01
+    better, worse = 0.3 + 0.7 * runs(6), 0.7 * runs(6)
+    assert permutation_power(better, worse, 3) == 0.0  # 3 against 3: p >= 0.10 in every study
+    assert permutation_power(better, worse, 10) > permutation_power(better, worse, 5) > 0.0
+    same = runs(8)
+    assert permutation_power(same, same, 5, sims=400) <= 0.05 + 0.035  # one population: the level
     for bad in ((np.ones((3, 2)), np.ones((0, 2))), (np.ones((3, 2)), np.ones((3, 3))), (np.full((2, 2), np.nan), np.ones((2, 2)))):
         with pytest.raises(ValueError):
             permutation_p(*bad)

@@ -234,6 +234,27 @@ def permutation_p(x: np.ndarray, y: np.ndarray, max_splits: int = 20_000, seed: 
     return float(hits.mean())
 
 
+def permutation_power(
+    x: np.ndarray, y: np.ndarray, n_runs: int, n_baseline: int | None = None, sims: int = 200, alpha: float = 0.05, max_splits: int = 1_000, seed: int = 0
+) -> float:
+    """The chance that :func:`permutation_p` reaches ``alpha`` with ``n_runs`` runs of the method and
+    ``n_baseline`` (default ``n_runs``) of the baseline, taking the observed runs as the population:
+    each simulated study draws whole runs with replacement from each method, as
+    :func:`power_to_separate` does for the CI.
+
+    :param x: (M, T) observed scores of the method
+    :param y: (N, T) observed scores of the baseline
+    """
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n_base = n_runs if n_baseline is None else n_baseline
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for k in range(sims):
+        sx, sy = x[rng.integers(0, len(x), n_runs)], y[rng.integers(0, len(y), n_base)]
+        hits += permutation_p(sx, sy, max_splits=max_splits, seed=seed + k) <= alpha
+    return hits / sims
+
+
 class CLMetrics(NamedTuple):
     """Continual World metrics of one CRL run (NaN where not computable)."""
 
