@@ -25,7 +25,7 @@ from rl_moe.report.stats import (
     probability_of_improvement_ci,
     task_auc,
 )
-from rl_moe.report.tables import budget_note, contexts, per_task, rl_crl_gap, robust, run_cl_metrics
+from rl_moe.report.tables import budget_note, contexts, per_task, reference_tasks, rl_crl_gap, robust, run_cl_metrics
 
 TASKS = ["reach", "push", "pick"]
 SPT = 100
@@ -273,6 +273,49 @@ def test_cl_metrics_known_values(runs_root: Path) -> None:
     # crl [.25, .25, .125]; reference (rl own [1, .5, 1]) [.25, .125, .25]
     want = np.mean([(0.25 - 0.25) / 0.75, (0.25 - 0.125) / 0.875, (0.125 - 0.25) / 0.75])
     assert got.forward_transfer == pytest.approx(want)
+
+
+def test_forward_transfer_against_the_mean_reference(runs_root: Path) -> None:
+    # AUC_i = own_i/4 in the fixture. sphere RL s0 own [1, 1, 1], s1 [1, .5, 1]: the mean reference
+    # is [.25, .1875, .25]; sphere CRL s1 own [1, 1, .5] gives [.25, .25, .125].
+    import dataclasses
+
+    ctx = contexts(load_runs([runs_root]))[0]
+    run, refs = ctx.runs["crl"]["sphere"][1], ctx.runs["rl"]["sphere"]
+    want = np.mean([0.0, (0.25 - 0.1875) / 0.8125, (0.125 - 0.25) / 0.75])
+    assert run_cl_metrics(run, refs, "mean").forward_transfer == pytest.approx(want)
+    # the seed rule over the same runs picks s1 alone (the value test_cl_metrics_known_values checks)
+    assert run_cl_metrics(run, refs, "seed").forward_transfer == pytest.approx(run_cl_metrics(run, refs[1]).forward_transfer)
+    assert run_cl_metrics(run, refs, "seed").forward_transfer != pytest.approx(want)
+    # a partial reference serves the tasks it evaluated: s0 finished only the first task, s1 only
+    # the first two; the third task has no reference and leaves the mean
+    s0 = dataclasses.replace(refs[0], eval_curves={t: c for t, c in refs[0].eval_curves.items() if t == TASKS[0]})
+    s1 = dataclasses.replace(refs[1], eval_curves={t: c for t, c in refs[1].eval_curves.items() if t != TASKS[2]})
+    partial = run_cl_metrics(run, (s0, s1), "mean").forward_transfer
+    assert partial == pytest.approx(np.mean([0.0, (0.25 - 0.125) / 0.875]))
+    assert reference_tasks(run, (s0, s1), "mean") == 2 and reference_tasks(run, refs, "mean") == 3
+    # no RL run of the same seed: the seed rule finds no reference and uses the stored value
+    other = dataclasses.replace(run, seed=7, stored_cl={"forward_transfer": 0.3})
+    assert run_cl_metrics(other, refs, "seed").forward_transfer == pytest.approx(0.3)
+    assert run_cl_metrics(other, refs, "mean").forward_transfer == pytest.approx(want)
+    with pytest.raises(ValueError, match="valid choices: seed, mean"):
+        run_cl_metrics(run, refs, "median")
+
+
+def test_report_ft_reference_option(runs_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "o"
+    assert main([str(runs_root), "--out", str(out), "--reps", "200", "--ft-reference", "mean"]) == 0
+    md = (out / "report.md").read_text()
+    assert "forward transfer against each task's AUC averaged over the method's RL runs" in md
+    # sphere CRL s0 own [1, .5, 1] -> AUC [.25, .125, .25]; s1 as in the test above; reference [.25, .1875, .25]
+    ft = [np.mean([0.0, (0.125 - 0.1875) / 0.8125, 0.0]), np.mean([0.0, (0.25 - 0.1875) / 0.8125, (0.125 - 0.25) / 0.75])]
+    row = table_row(md, "Continual World metrics", "sphere (n=2)")
+    assert row[2] == f"{np.mean(ft):.2f} ± {np.std(ft):.2f}" and row[3] == "3"
+    with pytest.raises(SystemExit) as exc:
+        main([str(runs_root), "--out", str(tmp_path / "p"), "--ft-reference", "median"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1 and "'median'" in err and "'seed', 'mean'" in err
+    assert not (tmp_path / "p").exists()
 
 
 def test_cl_table_in_report(report: tuple[Path, str]) -> None:

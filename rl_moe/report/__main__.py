@@ -10,6 +10,7 @@ from pathlib import Path
 from rl_moe.cli import UsageParser
 from rl_moe.report.build import MISSING_MATPLOTLIB, ReportOptions, build_report
 from rl_moe.report.loading import ReportError
+from rl_moe.report.tables import FT_REFERENCES
 from rl_moe.rundir import check_writable_folder
 
 
@@ -27,6 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--tag", action="append", default=[], metavar="TAG",
         help="extra TensorBoard scalar to plot with seed bands (repeatable), e.g. routing/entropy",
     )  # fmt: skip
+    p.add_argument(
+        "--ft-reference", choices=tuple(FT_REFERENCES), default=ReportOptions.ft_reference,
+        help="forward transfer's reference: the RL run of the same seed, or each task's mean over the method's RL runs",
+    )  # fmt: skip
     p.add_argument("--reps", type=int, default=ReportOptions.reps, help="bootstrap replicas for the CIs")
     return p
 
@@ -40,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     defaults = ReportOptions()
     tags = defaults.plasticity_tags + tuple(t for t in args.tag if t not in defaults.plasticity_tags)
     opts = ReportOptions(
-        baseline=args.baseline or defaults.baseline, method=args.method or defaults.method, reps=args.reps, plasticity_tags=tags
+        baseline=args.baseline or defaults.baseline, method=args.method or defaults.method, reps=args.reps, plasticity_tags=tags,
+        ft_reference=args.ft_reference,
     )
     required = tuple(n for n in (args.baseline, args.method) if n)
     first = args.runs[0]

@@ -38,12 +38,15 @@ class ReportOptions:
     :param method: the method compared against it (the paper's SPHERE)
     :param reps: bootstrap replicas for confidence intervals
     :param plasticity_tags: TensorBoard tags plotted with seed bands
+    :param ft_reference: how forward transfer finds its reference, a key of
+        :data:`~rl_moe.report.tables.FT_REFERENCES`
     """
 
     baseline: str = "topk"
     method: str = "sphere"
     reps: int = 10_000
     plasticity_tags: tuple[str, ...] = PLASTICITY_TAGS
+    ft_reference: str = "seed"
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,7 @@ def report_blocks(runset: RunSet, opts: ReportOptions, out: Path) -> list[Block]
             table = separation_table(ctx, protocol, opts.baseline, opts.method, opts.reps, field)
             if table:
                 blocks.append(table)
-        table = cl_table(ctx, opts.baseline, opts.method)
+        table = cl_table(ctx, opts.baseline, opts.method, opts.ft_reference)
         if table:
             blocks.append(Heading("Continual World metrics", 3))
             blocks.append(table)

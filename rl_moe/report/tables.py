@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -178,45 +178,96 @@ def gap_table(ctx: Context, baseline: str, method: str) -> Table | None:
     return Table(header, tuple(rows), f"{ctx.suite} / {ctx.algo}: RL vs CRL success per task (seed means) and the RL−CRL gap")
 
 
-def run_cl_metrics(run: Run, reference: Run | None) -> CLMetrics:
-    """Continual World metrics of a CRL run; forward transfer against the RL run of the same seed.
+def segment_aucs(run: Run, tasks: Sequence[str]) -> np.ndarray:
+    """(T,) AUC of each of ``tasks`` over its own segment in ``run``; NaN for a task the run has not
+    trained or evaluated (a partial reference run serves the tasks it finished)."""
+    out = []
+    for t in tasks:
+        i = run.tasks.index(t) if t in run.tasks else None
+        curve = run.eval_curves.get(t)
+        out.append(float("nan") if i is None or curve is None else task_auc(*curve, run.segment_start(i), run.segment_length(i)))
+    return np.array(out, dtype=float)
+
+
+def _same_seed_reference(run: Run, references: Sequence[Run]) -> np.ndarray | None:
+    ref = next((r for r in references if r.seed == run.seed), None)
+    return None if ref is None else segment_aucs(ref, run.tasks)
+
+
+def _mean_reference(run: Run, references: Sequence[Run]) -> np.ndarray | None:
+    if not references:
+        return None
+    aucs = np.stack([segment_aucs(r, run.tasks) for r in references])
+    seen = np.isfinite(aucs)
+    count = seen.sum(axis=0)
+    return np.where(count > 0, np.where(seen, aucs, 0.0).sum(axis=0) / np.maximum(count, 1), np.nan)
+
+
+class FTReference(NamedTuple):
+    """A rule giving a CRL run the per-task reference AUCs of its forward transfer."""
+
+    aucs: Callable[[Run, Sequence[Run]], np.ndarray | None]
+    caption: str
+
+
+#: How a CRL run's forward transfer finds its reference AUCs among the method's RL runs:
+#: ``seed`` takes the RL run of the same seed; ``mean`` averages each task's AUC over every RL run
+#: of the method that evaluated it (one reference per task, as Continual World reports it), so one
+#: reference run serves all seeds and a partial one serves the tasks it finished.
+FT_REFERENCES = {
+    "seed": FTReference(_same_seed_reference, "the RL run of the same seed"),
+    "mean": FTReference(_mean_reference, "each task's AUC averaged over the method's RL runs"),
+}
+
+
+def run_cl_metrics(run: Run, reference: Run | Sequence[Run] | None, rule: str = "seed") -> CLMetrics:
+    """Continual World metrics of a CRL run; forward transfer against its RL reference.
+
+    :param reference: the method's RL run(s); a single run is the reference itself
+    :param rule: a key of :data:`FT_REFERENCES` (how the RL runs give each task's reference AUC)
 
     Without a reference, the run's own stored forward transfer is used when it has one.
     """
-    auc = auc_ref = None
-    if reference is not None:
-        auc = np.array(
-            [task_auc(*run.eval_curves.get(t, ((), ())), run.segment_start(i), run.segment_length(i)) for i, t in enumerate(run.tasks)]
-        )
-        auc_ref = np.array(
-            [
-                task_auc(*reference.eval_curves.get(t, ((), ())), reference.segment_start(i), reference.segment_length(i))
-                for i, t in enumerate(run.tasks)
-            ]
-        )
+    if rule not in FT_REFERENCES:
+        raise ValueError(f"unknown forward-transfer reference {rule!r}; valid choices: {', '.join(FT_REFERENCES)}")
+    if isinstance(reference, Run):
+        auc_ref: np.ndarray | None = segment_aucs(reference, run.tasks)
+    else:
+        auc_ref = FT_REFERENCES[rule].aucs(run, reference or ())
+    auc = None if auc_ref is None else segment_aucs(run, run.tasks)
     metrics = cl_metrics(np.array(run.own), np.array(run.final), auc, auc_ref)
     stored = run.stored_cl.get("forward_transfer")
-    if reference is None and stored is not None:
+    if auc_ref is None and stored is not None:
         metrics = metrics._replace(forward_transfer=float(stored))
     return metrics
 
 
-def cl_table(ctx: Context, baseline: str, method: str) -> Table | None:
+def reference_tasks(run: Run, references: Sequence[Run], rule: str) -> int:
+    """How many of ``run``'s tasks have a usable reference AUC (finite and below 1) under ``rule``."""
+    ref = FT_REFERENCES[rule].aucs(run, references)
+    return 0 if ref is None else int(np.sum(np.isfinite(ref) & (ref < 1.0) & np.isfinite(segment_aucs(run, run.tasks))))
+
+
+def cl_table(ctx: Context, baseline: str, method: str, rule: str = "seed") -> Table | None:
     """Average performance, forgetting and forward transfer (mean ± std over complete CRL seeds)."""
     crl = ctx.runs.get("crl", {})
     rl = ctx.runs.get("rl", {})
     rows = []
     for m in method_order(list(crl), baseline, method):
-        refs = {r.seed: r for r in rl.get(m, ())}
-        metrics = [run_cl_metrics(r, refs.get(r.seed)) for r in crl[m] if r.complete]
-        if not metrics:
+        runs = [r for r in crl[m] if r.complete]
+        if not runs:
             continue
+        refs = rl.get(m, ())
+        metrics = [run_cl_metrics(r, refs, rule) for r in runs]
         cols = [fmt_ms(mean_std(list(values))) for values in zip(*metrics)]  # one per CLMetrics field
-        rows.append((f"{m} (n={len(metrics)})", *cols))
+        counts = [reference_tasks(r, refs, rule) for r in runs]
+        span = str(counts[0]) if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
+        rows.append((f"{m} (n={len(metrics)})", *cols, span))
     if not rows:
         return None
-    header = ("method", "average performance ↑", "forgetting ↓", "forward transfer ↑")
-    return Table(header, tuple(rows), f"{ctx.suite} / {ctx.algo}: Continual World metrics (complete CRL runs; forward transfer vs the RL run of the same seed)")
+    header = ("method", "average performance ↑", "forgetting ↓", "forward transfer ↑", f"tasks with a reference (of {len(ctx.tasks)})")
+    how = FT_REFERENCES[rule].caption
+    return Table(header, tuple(rows), f"{ctx.suite} / {ctx.algo}: Continual World metrics (complete CRL runs; forward transfer against {how})")
 
 
 class Robust(NamedTuple):
