@@ -155,11 +155,20 @@ def iqm_difference_ci(x: np.ndarray, y: np.ndarray, reps: int = 10_000, confiden
     return Interval(float(point), *_percentile_ci(iqm(bx, axis=-1) - iqm(by, axis=-1), confidence))
 
 
+#: Simulated studies behind :func:`power_to_separate`.
+SEPARATION_SIMS = 400
+#: Splits :func:`permutation_p` enumerates in full (above it, that many random ones).
+PERMUTATION_SPLITS = 20_000
+#: Simulated studies behind :func:`permutation_power`, and the random splits of each one's test.
+PERMUTATION_POWER_SIMS = 200
+PERMUTATION_POWER_SPLITS = 1_000
+
+
 def power_to_separate(
     x: np.ndarray,
     y: np.ndarray,
     n_runs: int,
-    sims: int = 400,
+    sims: int = SEPARATION_SIMS,
     reps: int = 1_000,
     confidence: float = 0.95,
     seed: int = 0,
@@ -193,7 +202,7 @@ def power_to_separate(
     return float(np.mean((low > 0) | (high < 0)))
 
 
-def permutation_p(x: np.ndarray, y: np.ndarray, max_splits: int = 20_000, seed: int = 0) -> float:
+def permutation_p(x: np.ndarray, y: np.ndarray, max_splits: int = PERMUTATION_SPLITS, seed: int = 0) -> float:
     """Two-sided p-value of IQM(x) − IQM(y) when whole runs (their tasks together) are exchanged
     between the two methods.
 
@@ -235,7 +244,14 @@ def permutation_p(x: np.ndarray, y: np.ndarray, max_splits: int = 20_000, seed: 
 
 
 def permutation_power(
-    x: np.ndarray, y: np.ndarray, n_runs: int, n_baseline: int | None = None, sims: int = 200, alpha: float = 0.05, max_splits: int = 1_000, seed: int = 0
+    x: np.ndarray,
+    y: np.ndarray,
+    n_runs: int,
+    n_baseline: int | None = None,
+    sims: int = PERMUTATION_POWER_SIMS,
+    alpha: float = 0.05,
+    max_splits: int = PERMUTATION_POWER_SPLITS,
+    seed: int = 0,
 ) -> float:
     """The chance that :func:`permutation_p` reaches ``alpha`` with ``n_runs`` runs of the method and
     ``n_baseline`` (default ``n_runs``) of the baseline, taking the observed runs as the population:

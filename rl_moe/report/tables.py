@@ -11,6 +11,10 @@ from rl_moe.report.loading import Run, RunSet
 from rl_moe.report.paper import PAPER_STEPS_PER_TASK, paper_cells
 from rl_moe.report.render import Table
 from rl_moe.report.stats import (
+    PERMUTATION_POWER_SIMS,
+    PERMUTATION_POWER_SPLITS,
+    PERMUTATION_SPLITS,
+    SEPARATION_SIMS,
     CLMetrics,
     Interval,
     MeanStd,
@@ -336,10 +340,11 @@ def separation_table(ctx: Context, protocol: str, baseline: str, method: str, re
               f"permutation p ≤ 0.05 at {' / '.join(map(str, POWER_RUNS))} runs each")  # fmt: skip
     caption = (f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {_aggregated(by_method, field)}: IQM difference from {baseline} (each method's runs resampled per "
                "task); the two-sided p-value of that difference when whole runs are exchanged between the two methods (every split "
-               "when there are at most 20,000; valid at any seed count, unlike the CI); and the chance that its 95% CI excludes 0, resampling the observed runs as the population (400 simulated "
+               f"when there are at most {PERMUTATION_SPLITS:,}; valid at any seed count, unlike the CI); and the chance that its 95% CI excludes 0, "
+               f"resampling the observed runs as the population ({SEPARATION_SIMS:,} simulated "
                "studies; \"these counts\": as many runs per method as observed); the last column runs the same test at these counts with both "
                "methods' runs pooled on both sides, where the nominal rate is 0.05; the very last, how often the permutation test reaches "
-               "p ≤ 0.05 in 200 such simulated studies (1,000 random splits each)")  # fmt: skip
+               f"p ≤ 0.05 in {PERMUTATION_POWER_SIMS:,} such simulated studies ({PERMUTATION_POWER_SPLITS:,} random splits each)")  # fmt: skip
     return Table(header, tuple(rows), caption)
 
 
