@@ -51,3 +51,41 @@ def test_same_training_tells_identical_runs_from_changed_ones(tmp_path: Path) ->
     (b / "results.json").write_text(json.dumps(res))
     verdict = same_training.compare({"a": a, "b": b})
     assert verdict["identical"] is False and verdict["same"] == {"weights": True, "scalars": True, "scalar_tags": True, "results": False}
+
+
+def test_stopping_rule_looks_and_rates() -> None:
+    """tools/stopping_rule.py: the first look that separates, and the rates over studies."""
+    import numpy as np
+
+    from tools import stopping_rule
+
+    ones, zeros = np.ones((10, 3)), np.zeros((10, 3))
+    # every run apart: the CI excludes 0 at the first look. The IQM trims a quarter of each end, so a
+    # split that swaps one run between the methods keeps the difference at 1: p = 2(1 + 25)/252 at 5
+    # against 5, 2(1 + 36)/924 = 0.08 at 6 and 2(1 + 49)/3432 = 0.029 at 7, the first look below 0.05
+    assert stopping_rule.looks(ones, zeros, 5, seed=0) == (5, 7)
+    # identical runs never separate
+    assert stopping_rule.looks(ones, ones, 5, seed=0) == (None, None)
+    # separated from the 7th run on: the first 6 runs of each method are the same mix
+    mix = np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]] * 3)
+    x, y = np.vstack([mix, ones[:4]]), np.vstack([mix, zeros[:4]])
+    ci_at, p_at = stopping_rule.looks(x, y, 5, seed=0)
+    assert ci_at is not None and ci_at >= 7 and (p_at is None or p_at >= 7)
+    rng = np.random.default_rng(1)
+    pop = rng.random((8, 3))
+    rates = stopping_rule.simulate(pop, pop, 3, 6, sims=40, seed=0)
+    # the final look is one of the looks, so stopping early can only add separations
+    assert rates["ci_any_look"] >= rates["ci_final_look"] and rates["permutation_any_look"] >= rates["permutation_final_look"]
+    # apart at every draw: the CI always separates; the permutation test only from 7 runs each (above)
+    assert stopping_rule.simulate(ones, zeros, 7, 7, sims=3, seed=0) == dict.fromkeys(rates, 1.0)
+    at_4 = stopping_rule.simulate(ones, zeros, 3, 4, sims=3, seed=0)
+    assert at_4 == {"ci_any_look": 1.0, "ci_final_look": 1.0, "permutation_any_look": 0.0, "permutation_final_look": 0.0}
+
+
+def test_stopping_rule_names_unknown_methods(capsys: pytest.CaptureFixture) -> None:
+    from tools import stopping_rule
+
+    with pytest.raises(SystemExit) as exc:
+        stopping_rule.main([str(RESULTS / "cw10-paper"), "--method", "spheer", "--sims", "1"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "unknown method 'spheer'" in err and "topk_bounded" in err
