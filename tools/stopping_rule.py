@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": [int(x.shape[0]), int(y.shape[0])],
         "looks": list(range(args.start, args.stop + 1)),
         "sims": args.sims,
+        "seed": args.seed,
         "null": simulate(pooled, pooled, args.start, args.stop, args.sims, args.seed),
         "observed": simulate(x, y, args.start, args.stop, args.sims, args.seed + 1),
     }
