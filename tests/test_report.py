@@ -265,7 +265,7 @@ def test_cl_metrics_known_values(runs_root: Path) -> None:
     assert forward_transfer(np.array([0.5, 0.9, 0.3]), np.array([0.0, 1.0, 0.5])) == pytest.approx((0.5 + (-0.4)) / 2)
     ctx = contexts(load_runs([runs_root]))[0]
     run, ref = ctx.runs["crl"]["sphere"][1], ctx.runs["rl"]["sphere"][1]
-    got = run_cl_metrics(run, ref)
+    got = run_cl_metrics(run, (ref,))
     # own [1, 1, .5], final [.5, .5, .5]
     assert got.average_performance == pytest.approx(0.5)
     assert got.forgetting == pytest.approx((0.5 + 0.5 + 0) / 3)
@@ -285,7 +285,7 @@ def test_forward_transfer_against_the_mean_reference(runs_root: Path) -> None:
     want = np.mean([0.0, (0.25 - 0.1875) / 0.8125, (0.125 - 0.25) / 0.75])
     assert run_cl_metrics(run, refs, "mean").forward_transfer == pytest.approx(want)
     # the seed rule over the same runs picks s1 alone (the value test_cl_metrics_known_values checks)
-    assert run_cl_metrics(run, refs, "seed").forward_transfer == pytest.approx(run_cl_metrics(run, refs[1]).forward_transfer)
+    assert run_cl_metrics(run, refs, "seed").forward_transfer == pytest.approx(run_cl_metrics(run, (refs[1],)).forward_transfer)
     assert run_cl_metrics(run, refs, "seed").forward_transfer != pytest.approx(want)
     # a partial reference serves the tasks it evaluated: s0 finished only the first task, s1 only
     # the first two; the third task has no reference and leaves the mean
@@ -468,7 +468,7 @@ def test_auc_uses_the_segments_a_run_really_trained(runs_root: Path) -> None:
     assert run.segment_length(0) == 200 and run.steps_per_task != 200
     # run: 0 until step 100 of 200, then a ramp to 1 over the last 100: AUC = 50/200 = 0.25
     # reference: 0 until 150, ramp to 0.5 by 200: AUC = 12.5/200 = 0.0625
-    got = run_cl_metrics(run, ref)
+    got = run_cl_metrics(run, (ref,))
     assert got.forward_transfer == pytest.approx((0.25 - 0.0625) / (1 - 0.0625))
 
 

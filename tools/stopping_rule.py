@@ -34,40 +34,34 @@ from rl_moe.report.tables import complete_scores, contexts
 REPS, SPLITS = 1_000, 1_000
 
 
+def separations(x: np.ndarray, y: np.ndarray, start: int, seed: int) -> tuple[list[bool], list[bool]]:
+    """At each look n = ``start`` … len(x): does the CI exclude 0, and is the permutation p ≤ 0.05?
+    ``x`` and ``y`` hold the runs in the order they would finish; look n uses the first n of each."""
+    ci, perm = [], []
+    for n in range(start, x.shape[0] + 1):
+        d = iqm_difference_ci(x[:n], y[:n], reps=REPS, seed=seed + n)
+        ci.append(bool(d.low > 0 or d.high < 0))
+        perm.append(permutation_p(x[:n], y[:n], max_splits=SPLITS, seed=seed + n) <= 0.05)
+    return ci, perm
+
+
 def looks(x: np.ndarray, y: np.ndarray, start: int, seed: int) -> tuple[int | None, int | None]:
     """The first run count from ``start`` at which the CI excludes 0, and at which p ≤ 0.05
-    (None where it never does); ``x`` and ``y`` hold the runs in the order they would finish."""
-    ci_at = p_at = None
-    for n in range(start, x.shape[0] + 1):
-        if ci_at is None:
-            d = iqm_difference_ci(x[:n], y[:n], reps=REPS, seed=seed + n)
-            ci_at = n if d.low > 0 or d.high < 0 else None
-        if p_at is None and permutation_p(x[:n], y[:n], max_splits=SPLITS, seed=seed + n) <= 0.05:
-            p_at = n
-        if ci_at is not None and p_at is not None:
-            break
-    return ci_at, p_at
+    (None where it never does)."""
+    first = [next((start + i for i, hit in enumerate(hits) if hit), None) for hits in separations(x, y, start, seed)]
+    return first[0], first[1]
 
 
 def simulate(x_pop: np.ndarray, y_pop: np.ndarray, start: int, stop: int, sims: int, seed: int) -> dict[str, float]:
     """Rates over ``sims`` studies: separated at any look, and at the final look alone."""
     rng = np.random.default_rng(seed)
-    any_ci = any_p = last_ci = last_p = 0
+    counts = np.zeros(4)
     for k in range(sims):
         x = x_pop[rng.integers(0, x_pop.shape[0], stop)]
         y = y_pop[rng.integers(0, y_pop.shape[0], stop)]
-        ci_at, p_at = looks(x, y, start, seed=seed + 1000 * k)
-        any_ci += ci_at is not None
-        any_p += p_at is not None
-        d = iqm_difference_ci(x, y, reps=REPS, seed=seed + 1000 * k + stop)
-        last_ci += d.low > 0 or d.high < 0
-        last_p += permutation_p(x, y, max_splits=SPLITS, seed=seed + 1000 * k + stop) <= 0.05
-    return {
-        "ci_any_look": any_ci / sims,
-        "ci_final_look": last_ci / sims,
-        "permutation_any_look": any_p / sims,
-        "permutation_final_look": last_p / sims,
-    }
+        ci, perm = separations(x, y, start, seed=seed + 1000 * k)
+        counts += (any(ci), ci[-1], any(perm), perm[-1])
+    return dict(zip(("ci_any_look", "ci_final_look", "permutation_any_look", "permutation_final_look"), (counts / sims).tolist()))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -298,14 +298,21 @@ def task_auc(steps: tuple[float, ...], success: tuple[float, ...], start: float,
         return float("nan")
 
 
+def ft_tasks(auc: np.ndarray, auc_ref: np.ndarray) -> np.ndarray:
+    """(T,) mask of the tasks forward transfer averages over: both AUCs known and a reference AUC
+    below 1 (a reference at 1 cannot be improved on)."""
+    auc, ref = np.asarray(auc, dtype=float), np.asarray(auc_ref, dtype=float)
+    return np.isfinite(auc) & np.isfinite(ref) & (ref < 1.0)
+
+
 def forward_transfer(auc: np.ndarray, auc_ref: np.ndarray) -> float:
-    """FT = mean_i (AUC_i − AUC_ref_i)/(1 − AUC_ref_i); tasks whose reference AUC is 1 (or NaN) are skipped.
+    """FT = mean_i (AUC_i − AUC_ref_i)/(1 − AUC_ref_i) over the tasks of :func:`ft_tasks`.
 
     :param auc: (T,) per-task AUC of the continual run
     :param auc_ref: (T,) per-task AUC of the reference (RL protocol) run
     """
     auc, ref = np.asarray(auc, dtype=float), np.asarray(auc_ref, dtype=float)
-    ok = np.isfinite(auc) & np.isfinite(ref) & (ref < 1.0)
+    ok = ft_tasks(auc, ref)
     if not ok.any():
         return float("nan")
     return float(np.mean((auc[ok] - ref[ok]) / (1.0 - ref[ok])))

@@ -21,6 +21,7 @@ from rl_moe.report.stats import (
     cl_metrics,
     fmt,
     fmt_ms,
+    ft_tasks,
     iqm_ci,
     iqm_difference_ci,
     mean_ci,
@@ -224,32 +225,35 @@ FT_REFERENCES = {
 }
 
 
-def run_cl_metrics(run: Run, reference: Run | Sequence[Run] | None, rule: str = "seed") -> CLMetrics:
-    """Continual World metrics of a CRL run; forward transfer against its RL reference.
+def ft_aucs(run: Run, references: Sequence[Run], rule: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the run's, the reference's) per-task AUCs for forward transfer, None without a reference.
 
-    :param reference: the method's RL run(s); a single run is the reference itself
+    :param references: the method's RL runs
     :param rule: a key of :data:`FT_REFERENCES` (how the RL runs give each task's reference AUC)
-
-    Without a reference, the run's own stored forward transfer is used when it has one.
     """
     if rule not in FT_REFERENCES:
         raise ValueError(f"unknown forward-transfer reference {rule!r}; valid choices: {', '.join(FT_REFERENCES)}")
-    if isinstance(reference, Run):
-        auc_ref: np.ndarray | None = segment_aucs(reference, run.tasks)
-    else:
-        auc_ref = FT_REFERENCES[rule].aucs(run, reference or ())
-    auc = None if auc_ref is None else segment_aucs(run, run.tasks)
-    metrics = cl_metrics(np.array(run.own), np.array(run.final), auc, auc_ref)
+    ref = FT_REFERENCES[rule].aucs(run, references)
+    return None if ref is None else (segment_aucs(run, run.tasks), ref)
+
+
+def run_cl_metrics(run: Run, references: Sequence[Run], rule: str = "seed") -> CLMetrics:
+    """Continual World metrics of a CRL run; forward transfer against its RL reference (:func:`ft_aucs`).
+
+    Without a reference, the run's own stored forward transfer is used when it has one.
+    """
+    aucs = ft_aucs(run, references, rule)
+    metrics = cl_metrics(np.array(run.own), np.array(run.final), *(aucs or (None, None)))
     stored = run.stored_cl.get("forward_transfer")
-    if auc_ref is None and stored is not None:
+    if aucs is None and stored is not None:
         metrics = metrics._replace(forward_transfer=float(stored))
     return metrics
 
 
 def reference_tasks(run: Run, references: Sequence[Run], rule: str) -> int:
-    """How many of ``run``'s tasks have a usable reference AUC (finite and below 1) under ``rule``."""
-    ref = FT_REFERENCES[rule].aucs(run, references)
-    return 0 if ref is None else int(np.sum(np.isfinite(ref) & (ref < 1.0) & np.isfinite(segment_aucs(run, run.tasks))))
+    """How many of ``run``'s tasks enter its forward transfer under ``rule`` (:func:`~rl_moe.report.stats.ft_tasks`)."""
+    aucs = ft_aucs(run, references, rule)
+    return 0 if aucs is None else int(ft_tasks(*aucs).sum())
 
 
 def cl_table(ctx: Context, baseline: str, method: str, rule: str = "seed") -> Table | None:
