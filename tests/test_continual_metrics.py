@@ -39,6 +39,9 @@ def test_cl_metrics_brute_force() -> None:
     assert res.forward_transfer == pytest.approx(np.mean([1 / 3, -1.0, 0.0]))
     assert forward_transfer([0.3], [1.0]) is None
     assert compute_cl_metrics(own, final).forward_transfer is None
+    # an unknown AUC (NaN, no eval inside the segment) leaves its task out instead of poisoning the mean
+    assert forward_transfer([0.5, np.nan, 0.2], [0.25, 0.5, np.nan]) == pytest.approx(1 / 3)
+    assert forward_transfer([np.nan], [0.5]) is None
 
 
 def test_results_schema_incomplete_and_complete(tmp_path: Path) -> None:

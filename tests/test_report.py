@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rl_moe.continual.metrics import compute_cl_metrics
 from rl_moe.report import ReportError, ReportOptions, build_report, load_runs
 from rl_moe.report.__main__ import main
 from rl_moe.report.scalars import Curve, load_scalars, seed_band
@@ -263,6 +264,9 @@ def test_cl_metrics_known_values(runs_root: Path) -> None:
     assert task_auc((150.0, 200.0), (0.2, 0.4), 100, 100) == pytest.approx((50 * 0.2 + 50 * 0.3) / 100)
     assert np.isnan(task_auc((50.0,), (1.0,), 100, 100))  # no eval inside the segment
     assert forward_transfer(np.array([0.5, 0.9, 0.3]), np.array([0.0, 1.0, 0.5])) == pytest.approx((0.5 + (-0.4)) / 2)
+    # the report's metrics are the runs' own (one rule), with NaN for undefined
+    own, final, auc, ref = np.array([1.0, 0.6]), np.array([0.4, 0.6]), np.array([0.5, np.nan]), np.array([0.5, 0.2])
+    assert tuple(cl_metrics(own, final, auc, ref)) == pytest.approx(tuple(compute_cl_metrics(own, final, auc, ref)))
     ctx = contexts(load_runs([runs_root]))[0]
     run, ref = ctx.runs["crl"]["sphere"][1], ctx.runs["rl"]["sphere"][1]
     got = run_cl_metrics(run, (ref,))

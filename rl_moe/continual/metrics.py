@@ -7,7 +7,8 @@ With ``M[i][j]`` the success of the checkpoint after task ``i`` on task ``j``:
 - forward transfer = mean_j (AUC_j - AUC_ref_j) / (1 - AUC_ref_j), where AUC is the normalized
   area under task j's success curve during its own segment, and the reference is an RL-protocol
   run (every task from scratch). Tasks whose reference AUC is 1 cannot be improved on and are
-  left out; with no usable task the value is None.
+  left out, as are tasks where either AUC is unknown (NaN); with no usable task the value is None.
+  This module holds the one rule; the report (:mod:`rl_moe.report.stats`) uses it with NaN for None.
 """
 
 from __future__ import annotations
@@ -60,10 +61,18 @@ def curve_auc(steps: Sequence[float], success: Sequence[float], start: float, en
     return float(np.sum(widths * (y[1:] + y[:-1]) / 2.0) / (end - start))
 
 
+def ft_tasks(auc: Sequence[float], auc_ref: Sequence[float]) -> np.ndarray:
+    """(T,) mask of the tasks forward transfer averages over: both AUCs known and a reference AUC
+    below 1 (a reference at 1 cannot be improved on)."""
+    a, r = np.asarray(auc, dtype=float), np.asarray(auc_ref, dtype=float)
+    return np.isfinite(a) & np.isfinite(r) & (r < 1.0)
+
+
 def forward_transfer(auc: Sequence[float], auc_ref: Sequence[float]) -> float | None:
-    """Mean of (AUC - AUC_ref) / (1 - AUC_ref) over tasks with AUC_ref < 1."""
-    values = [(a - r) / (1.0 - r) for a, r in zip(auc, auc_ref) if r < 1.0]
-    return float(np.mean(values)) if values else None
+    """Mean of (AUC - AUC_ref) / (1 - AUC_ref) over the tasks of :func:`ft_tasks`; None when there are none."""
+    a, r = np.asarray(auc, dtype=float), np.asarray(auc_ref, dtype=float)
+    ok = ft_tasks(a, r)
+    return float(np.mean((a[ok] - r[ok]) / (1.0 - r[ok]))) if ok.any() else None
 
 
 def segment_aucs(

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from rl_moe.continual.metrics import curve_auc
+from rl_moe.continual.metrics import CLMetrics, compute_cl_metrics, curve_auc, forward_transfer, ft_tasks
 
 
 class MeanStd(NamedTuple):
@@ -271,14 +271,6 @@ def permutation_power(
     return hits / sims
 
 
-class CLMetrics(NamedTuple):
-    """Continual World metrics of one CRL run (NaN where not computable)."""
-
-    average_performance: float
-    forgetting: float
-    forward_transfer: float
-
-
 def task_auc(steps: tuple[float, ...], success: tuple[float, ...], start: float, length: float) -> float:
     """Normalized area under a task's eval curve on its own segment, NaN when no eval falls inside.
 
@@ -298,39 +290,17 @@ def task_auc(steps: tuple[float, ...], success: tuple[float, ...], start: float,
         return float("nan")
 
 
-def ft_tasks(auc: np.ndarray, auc_ref: np.ndarray) -> np.ndarray:
-    """(T,) mask of the tasks forward transfer averages over: both AUCs known and a reference AUC
-    below 1 (a reference at 1 cannot be improved on)."""
-    auc, ref = np.asarray(auc, dtype=float), np.asarray(auc_ref, dtype=float)
-    return np.isfinite(auc) & np.isfinite(ref) & (ref < 1.0)
-
-
-def forward_transfer(auc: np.ndarray, auc_ref: np.ndarray) -> float:
-    """FT = mean_i (AUC_i − AUC_ref_i)/(1 − AUC_ref_i) over the tasks of :func:`ft_tasks`.
-
-    :param auc: (T,) per-task AUC of the continual run
-    :param auc_ref: (T,) per-task AUC of the reference (RL protocol) run
-    """
-    auc, ref = np.asarray(auc, dtype=float), np.asarray(auc_ref, dtype=float)
-    ok = ft_tasks(auc, ref)
-    if not ok.any():
-        return float("nan")
-    return float(np.mean((auc[ok] - ref[ok]) / (1.0 - ref[ok])))
-
-
 def cl_metrics(own: np.ndarray, final: np.ndarray, auc: np.ndarray | None = None, auc_ref: np.ndarray | None = None) -> CLMetrics:
-    """Average performance (mean final success), forgetting (mean of own − final) and forward transfer.
+    """Average performance, forgetting and forward transfer as the runs compute them
+    (:func:`rl_moe.continual.metrics.compute_cl_metrics`), with NaN where a value is undefined.
 
     :param own: (T,) success on each task right after its own segment
     :param final: (T,) success of the final checkpoint on each task
     :param auc: (T,) per-task AUC of this run, for forward transfer
     :param auc_ref: (T,) per-task AUC of the RL reference run
     """
-    own, final = np.asarray(own, dtype=float), np.asarray(final, dtype=float)
-    ap = float(np.mean(final)) if np.all(np.isfinite(final)) else float("nan")
-    fg = float(np.mean(own - final)) if np.all(np.isfinite(own - final)) else float("nan")
-    ft = forward_transfer(auc, auc_ref) if auc is not None and auc_ref is not None else float("nan")
-    return CLMetrics(ap, fg, ft)
+    m = compute_cl_metrics(own, final, auc, auc_ref)
+    return CLMetrics(*(math.nan if v is None else v for v in m))
 
 
 def fmt(value: float, digits: int = 2) -> str:

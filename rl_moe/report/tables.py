@@ -251,7 +251,7 @@ def run_cl_metrics(run: Run, references: Sequence[Run], rule: str = "seed") -> C
 
 
 def reference_tasks(run: Run, references: Sequence[Run], rule: str) -> int:
-    """How many of ``run``'s tasks enter its forward transfer under ``rule`` (:func:`~rl_moe.report.stats.ft_tasks`)."""
+    """How many of ``run``'s tasks enter its forward transfer under ``rule`` (:func:`~rl_moe.continual.metrics.ft_tasks`)."""
     aucs = ft_aucs(run, references, rule)
     return 0 if aucs is None else int(ft_tasks(*aucs).sum())
 
