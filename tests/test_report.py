@@ -585,9 +585,19 @@ def test_the_report_says_how_far_the_methods_are_from_separating(report: tuple[P
     caption = "chance that its 95% CI excludes 0"
     assert caption in md
     row = table_row(md, caption, "sphere")
-    assert row[0] == "2 / 2" and row[2] in ("yes", "not separated yet") and all(0.0 <= float(v) <= 1.0 for v in row[3:-1])
+    assert row[0] == "2 / 2" and row[2] in ("yes", "not separated yet") and 0.0 <= float(row[3]) <= 1.0
     assert len(row) == 10  # runs, difference, verdict, permutation p, 4 chances, the false-separation rate, the test's power
-    assert all(0.0 <= float(v) <= 1.0 for v in row[-1].split(" / ")) and len(row[-1].split(" / ")) == 3
+    # 2 runs a side: every chance is marked as resting on too few runs, and the caption says so
+    chances = [*row[4:-1], *row[-1].split(" / ")]
+    assert len(chances) == 8 and all(v.endswith("†") and 0.0 <= float(v[:-1]) <= 1.0 for v in chances)
+    assert "† fewer than 5 runs on a side" in md
+
+
+def test_power_cells_are_marked_below_five_runs_a_side() -> None:
+    from rl_moe.report.tables import power_cell
+
+    assert power_cell(0.1234, 5, 5) == "0.12"
+    assert power_cell(0.5, 4, 10) == "0.50†" and power_cell(0.5, 10, 2) == "0.50†"
 
 
 def _brute_force_permutation_p(x: np.ndarray, y: np.ndarray) -> float:

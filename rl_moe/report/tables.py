@@ -312,6 +312,17 @@ def robust(ctx: Context, protocol: str, baseline: str, reps: int, seed: int = 0,
 #: Runs per method at which the separation table gives the chance of separating.
 POWER_RUNS = (5, 10, 20)
 
+#: Below this many runs on either side, the simulated studies resample too few runs to stand for
+#: the method (a bootstrap of 2 runs never shows more spread than those 2 have): the separation
+#: table marks its chances with ``FEW_RUNS_MARK``. 5 is the issue's minimum seed count per method.
+POWER_MIN_RUNS = 5
+FEW_RUNS_MARK = "†"
+
+
+def power_cell(value: float, n_method: int, n_baseline: int) -> str:
+    """A chance for the separation table, marked when either side has fewer than ``POWER_MIN_RUNS`` runs."""
+    return f"{value:.2f}" + (FEW_RUNS_MARK if min(n_method, n_baseline) < POWER_MIN_RUNS else "")
+
 
 def separation_table(ctx: Context, protocol: str, baseline: str, method: str, reps: int, field: str = "own") -> Table | None:
     """Each method's IQM difference from ``baseline`` with its CI, and the chance that such a CI
@@ -329,14 +340,15 @@ def separation_table(ctx: Context, protocol: str, baseline: str, method: str, re
         d = iqm_difference_ci(s, base, reps=reps)
         # this study's own counts (method / baseline), then equal counts on both sides
         counts = [(s.shape[0], base.shape[0]), *((n, n) for n in POWER_RUNS)]
-        chances = [f"{power_to_separate(s, base, n, n_baseline=nb):.2f}" for n, nb in counts]
+        ns = (s.shape[0], base.shape[0])
+        chances = [power_cell(power_to_separate(s, base, n, n_baseline=nb), *ns) for n, nb in counts]
         # The same pooled runs on both sides: how often such a CI "separates" two equal methods.
         pooled = np.concatenate([s, base])
         false = power_to_separate(pooled, pooled, s.shape[0], n_baseline=base.shape[0])
         separated = "yes" if d.low > 0 or d.high < 0 else "not separated yet"
         p = permutation_p(s, base)
-        p_power = " / ".join(f"{permutation_power(s, base, n):.2f}" for n in POWER_RUNS)
-        rows.append((m, f"{s.shape[0]} / {base.shape[0]}", f"{fmt(d.value)} [{fmt(d.low)}, {fmt(d.high)}]", separated, f"{p:.3f}", *chances, f"{false:.2f}", p_power))
+        p_power = " / ".join(power_cell(permutation_power(s, base, n), *ns) for n in POWER_RUNS)
+        rows.append((m, f"{s.shape[0]} / {base.shape[0]}", f"{fmt(d.value)} [{fmt(d.low)}, {fmt(d.high)}]", separated, f"{p:.3f}", *chances, power_cell(false, *ns), p_power))
     if not rows:
         return None
     header = ("method", f"runs (method / {baseline})", f"IQM − {baseline} [95% CI]", "CI excludes 0", "permutation p",
@@ -349,6 +361,9 @@ def separation_table(ctx: Context, protocol: str, baseline: str, method: str, re
                "studies; \"these counts\": as many runs per method as observed); the last column runs the same test at these counts with both "
                "methods' runs pooled on both sides, where the nominal rate is 0.05; the very last, how often the permutation test reaches "
                f"p ≤ 0.05 in {PERMUTATION_POWER_SIMS:,} such simulated studies ({PERMUTATION_POWER_SPLITS:,} random splits each)")  # fmt: skip
+    if any(FEW_RUNS_MARK in cell for row in rows for cell in row):
+        caption += (f"; {FEW_RUNS_MARK} fewer than {POWER_MIN_RUNS} runs on a side: those few runs stand in for the method, "
+                    "so the chance says what they would give, not the method's power")  # fmt: skip
     return Table(header, tuple(rows), caption)
 
 
