@@ -13,13 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl_moe.continual.metrics import compute_cl_metrics
+from rl_moe.continual.metrics import compute_cl_metrics, forward_transfer
 from rl_moe.report import ReportError, ReportOptions, build_report, load_runs
 from rl_moe.report.__main__ import main
 from rl_moe.report.scalars import Curve, load_scalars, seed_band
 from rl_moe.report.stats import (
     cl_metrics,
-    forward_transfer,
     iqm,
     iqm_ci,
     probability_of_improvement,
@@ -266,7 +265,10 @@ def test_cl_metrics_known_values(runs_root: Path) -> None:
     assert forward_transfer(np.array([0.5, 0.9, 0.3]), np.array([0.0, 1.0, 0.5])) == pytest.approx((0.5 + (-0.4)) / 2)
     # the report's metrics are the runs' own (one rule), with NaN for undefined
     own, final, auc, ref = np.array([1.0, 0.6]), np.array([0.4, 0.6]), np.array([0.5, np.nan]), np.array([0.5, 0.2])
+    assert tuple(cl_metrics(own, final, auc, ref)) == pytest.approx((0.5, 0.3, 0.0))
     assert tuple(cl_metrics(own, final, auc, ref)) == pytest.approx(tuple(compute_cl_metrics(own, final, auc, ref)))
+    unknown = cl_metrics(np.array([1.0, np.nan]), np.array([0.5, 0.5]), np.array([np.nan]), np.array([0.5]))
+    assert unknown.average_performance == pytest.approx(0.5) and np.isnan(unknown.forgetting) and np.isnan(unknown.forward_transfer)
     ctx = contexts(load_runs([runs_root]))[0]
     run, ref = ctx.runs["crl"]["sphere"][1], ctx.runs["rl"]["sphere"][1]
     got = run_cl_metrics(run, (ref,))

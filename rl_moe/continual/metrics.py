@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 
 class CLMetrics(NamedTuple):
@@ -61,14 +62,14 @@ def curve_auc(steps: Sequence[float], success: Sequence[float], start: float, en
     return float(np.sum(widths * (y[1:] + y[:-1]) / 2.0) / (end - start))
 
 
-def ft_tasks(auc: Sequence[float], auc_ref: Sequence[float]) -> np.ndarray:
+def ft_tasks(auc: ArrayLike, auc_ref: ArrayLike) -> np.ndarray:
     """(T,) mask of the tasks forward transfer averages over: both AUCs known and a reference AUC
     below 1 (a reference at 1 cannot be improved on)."""
     a, r = np.asarray(auc, dtype=float), np.asarray(auc_ref, dtype=float)
     return np.isfinite(a) & np.isfinite(r) & (r < 1.0)
 
 
-def forward_transfer(auc: Sequence[float], auc_ref: Sequence[float]) -> float | None:
+def forward_transfer(auc: ArrayLike, auc_ref: ArrayLike) -> float | None:
     """Mean of (AUC - AUC_ref) / (1 - AUC_ref) over the tasks of :func:`ft_tasks`; None when there are none."""
     a, r = np.asarray(auc, dtype=float), np.asarray(auc_ref, dtype=float)
     ok = ft_tasks(a, r)

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from rl_moe.continual.metrics import CLMetrics, compute_cl_metrics, curve_auc, forward_transfer, ft_tasks
+from rl_moe.continual.metrics import CLMetrics, compute_cl_metrics, curve_auc
 
 
 class MeanStd(NamedTuple):
@@ -300,7 +300,7 @@ def cl_metrics(own: np.ndarray, final: np.ndarray, auc: np.ndarray | None = None
     :param auc_ref: (T,) per-task AUC of the RL reference run
     """
     m = compute_cl_metrics(own, final, auc, auc_ref)
-    return CLMetrics(*(math.nan if v is None else v for v in m))
+    return CLMetrics(*(math.nan if v is None else v for v in m))  # every field a float here, NaN for None
 
 
 def fmt(value: float, digits: int = 2) -> str:

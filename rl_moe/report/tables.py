@@ -10,18 +10,17 @@ import numpy as np
 from rl_moe.report.loading import Run, RunSet
 from rl_moe.report.paper import PAPER_STEPS_PER_TASK, paper_cells
 from rl_moe.report.render import Table
+from rl_moe.continual.metrics import CLMetrics, ft_tasks
 from rl_moe.report.stats import (
     PERMUTATION_POWER_SIMS,
     PERMUTATION_POWER_SPLITS,
     PERMUTATION_SPLITS,
     SEPARATION_SIMS,
-    CLMetrics,
     Interval,
     MeanStd,
     cl_metrics,
     fmt,
     fmt_ms,
-    ft_tasks,
     iqm_ci,
     iqm_difference_ci,
     mean_ci,
@@ -332,15 +331,16 @@ def separation_table(ctx: Context, protocol: str, baseline: str, method: str, re
     if baseline not in by_method:
         return None
     base = complete_scores(by_method[baseline], field)
-    rows = []
+    rows, few = [], False
     for m in method_order(list(by_method), baseline, method):
         s = complete_scores(by_method[m], field)
         if m == baseline or s.shape[0] < 2 or base.shape[0] < 2:
             continue
         d = iqm_difference_ci(s, base, reps=reps)
         # this study's own counts (method / baseline), then equal counts on both sides
-        counts = [(s.shape[0], base.shape[0]), *((n, n) for n in POWER_RUNS)]
         ns = (s.shape[0], base.shape[0])
+        few |= min(ns) < POWER_MIN_RUNS
+        counts = [ns, *((n, n) for n in POWER_RUNS)]
         chances = [power_cell(power_to_separate(s, base, n, n_baseline=nb), *ns) for n, nb in counts]
         # The same pooled runs on both sides: how often such a CI "separates" two equal methods.
         pooled = np.concatenate([s, base])
@@ -361,9 +361,9 @@ def separation_table(ctx: Context, protocol: str, baseline: str, method: str, re
                "studies; \"these counts\": as many runs per method as observed); the last column runs the same test at these counts with both "
                "methods' runs pooled on both sides, where the nominal rate is 0.05; the very last, how often the permutation test reaches "
                f"p ≤ 0.05 in {PERMUTATION_POWER_SIMS:,} such simulated studies ({PERMUTATION_POWER_SPLITS:,} random splits each)")  # fmt: skip
-    if any(FEW_RUNS_MARK in cell for row in rows for cell in row):
+    if few:
         caption += (f"; {FEW_RUNS_MARK} fewer than {POWER_MIN_RUNS} runs on a side: those few runs stand in for the method, "
-                    "so the chance says what they would give, not the method's power")  # fmt: skip
+                    "so the rate says what they would give, not what the method would")  # fmt: skip
     return Table(header, tuple(rows), caption)
 
 
