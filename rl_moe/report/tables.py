@@ -7,10 +7,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from rl_moe.continual.metrics import CLMetrics, ft_tasks
 from rl_moe.report.loading import Run, RunSet
 from rl_moe.report.paper import PAPER_STEPS_PER_TASK, paper_cells
 from rl_moe.report.render import Table
-from rl_moe.continual.metrics import CLMetrics, ft_tasks
 from rl_moe.report.stats import (
     PERMUTATION_POWER_SIMS,
     PERMUTATION_POWER_SPLITS,
@@ -318,9 +318,14 @@ POWER_MIN_RUNS = 5
 FEW_RUNS_MARK = "†"
 
 
+def few_runs(n_method: int, n_baseline: int) -> bool:
+    """Whether either side has fewer than ``POWER_MIN_RUNS`` runs."""
+    return min(n_method, n_baseline) < POWER_MIN_RUNS
+
+
 def power_cell(value: float, n_method: int, n_baseline: int) -> str:
-    """A chance for the separation table, marked when either side has fewer than ``POWER_MIN_RUNS`` runs."""
-    return f"{value:.2f}" + (FEW_RUNS_MARK if min(n_method, n_baseline) < POWER_MIN_RUNS else "")
+    """A chance for the separation table, marked where :func:`few_runs`."""
+    return f"{value:.2f}" + (FEW_RUNS_MARK if few_runs(n_method, n_baseline) else "")
 
 
 def separation_table(ctx: Context, protocol: str, baseline: str, method: str, reps: int, field: str = "own") -> Table | None:
@@ -339,7 +344,7 @@ def separation_table(ctx: Context, protocol: str, baseline: str, method: str, re
         d = iqm_difference_ci(s, base, reps=reps)
         # this study's own counts (method / baseline), then equal counts on both sides
         ns = (s.shape[0], base.shape[0])
-        few |= min(ns) < POWER_MIN_RUNS
+        few |= few_runs(*ns)
         counts = [ns, *((n, n) for n in POWER_RUNS)]
         chances = [power_cell(power_to_separate(s, base, n, n_baseline=nb), *ns) for n, nb in counts]
         # The same pooled runs on both sides: how often such a CI "separates" two equal methods.
