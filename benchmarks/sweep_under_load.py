@@ -1,7 +1,7 @@
 """A small sweep on each backend, alone and beside busy processes, in one run: does a Ray sweep
 keep up with the local backend when the machine is not idle?
 
-Ray's raylet starts its workers at niceness +15 unless told otherwise, and a trial's process
+Ray's workers raise their niceness by 15 unless told otherwise, and a trial's process
 inherits it, so beside a busy process its trials get a sliver of a core. The sweep starts its own
 cluster with ``RAY_worker_niceness=0`` (rl_moe.sweep.backends). Cells:
 
@@ -49,26 +49,29 @@ def sweep_seconds(cell: str, steps: int, seeds: list[str], num_cpus: int, out: s
         "--steps-per-task", str(steps), "--tasks", "1", "--", "--set", "probe.enabled=false", "--set", "eval.evals_per_task=1",
     ]  # fmt: skip
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env, capture_output=True)
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"{cell}: the sweep exited {run.returncode}:\n{run.stderr}")
     return time.perf_counter() - start
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=2048, help="env steps of each trial's one smoke task")
+    p.add_argument("--steps", type=int, default=2048, help="env steps asked of each trial's one smoke task (PPO rounds up to whole rollouts: 256 -> 1,024)")
     p.add_argument("--seeds", nargs="+", default=["0", "1"], help="one trial per seed")
     p.add_argument("--num-cpus", type=int, default=2, help="CPUs of the sweep (--num-cpus): trials side by side")
     p.add_argument("--loads", type=int, nargs="+", default=[0, 2], help="busy processes beside the sweep")
     p.add_argument("--rounds", type=int, default=1)
     args = p.parse_args()
     times: dict[tuple[int, str], list[float]] = {(n, c): [] for n in args.loads for c in CELLS}
-    for _ in range(args.rounds):
+    cells = list(CELLS)
+    for r in range(args.rounds):
         for n in args.loads:
             with busy(n):
-                for cell in CELLS:
+                for cell in cells[r % len(cells) :] + cells[: r % len(cells)]:  # rotated: no cell always starts cold
                     with tempfile.TemporaryDirectory() as out:
                         times[n, cell].append(sweep_seconds(cell, args.steps, args.seeds, args.num_cpus, out))
-    print(f"{len(args.seeds)} smoke trials of {args.steps} steps, {args.num_cpus} side by side, {os.cpu_count()} cores; seconds (median of {args.rounds})")
+    print(f"{len(args.seeds)} smoke trials of {args.steps} steps asked, {args.num_cpus} side by side, {os.cpu_count()} cores; seconds (median of {args.rounds})")
     others = [c for c in CELLS if c != BASE]
     print(f"  {'busy':>4}" + "".join(f"{c:>12}" for c in CELLS) + "".join(f"{c + ' / ' + BASE:>20}" for c in others))
     for n in args.loads:

@@ -7,7 +7,7 @@ runs from before and after it stay one experiment (docs/contributing.md). The nu
 CPU kernels they were recorded with (torch's CPU capability and version); elsewhere the test skips
 and says why. After a change that is meant to change training, record them again:
 
-    RL_MOE_RECORD_FINGERPRINTS=1 OMP_NUM_THREADS=1 python -m pytest tests/test_training_fingerprint.py -m "slow or not slow"
+    RL_MOE_RECORD_FINGERPRINTS=1 OMP_NUM_THREADS=1 python -m pytest tests/test_training_fingerprint.py -m "slow or not slow" -p no:xdist
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ def _machine() -> dict[str, str]:
 def test_training_matches_the_recorded_fingerprint(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from rl_moe.crl import main
 
+    if RECORD and os.environ.get("PYTEST_XDIST_WORKER"):  # two workers rewriting one file lose entries
+        pytest.fail("record the fingerprints in one process: add -p no:xdist (or leave out -n)")
     stored = json.loads(DATA.read_text()) if DATA.is_file() else {"machine": _machine(), "runs": {}}
     if not RECORD and stored["machine"] != _machine():
         pytest.skip(f"fingerprints recorded on {stored['machine']}, this machine is {_machine()}")

@@ -36,25 +36,26 @@ def interrupted(outcome: Outcome) -> bool:
     return outcome.returncode == EXIT_INTERRUPTED
 
 
-#: Ray's raylet starts its workers this much nicer than itself (Ray's default is 15), and a trial's
-#: process inherits it: beside one busy process, a smoke trial took 104 s instead of 12 s
-#: (benchmarks/sweep_under_load.py). A cluster the sweep starts gets 0, so its trials run at the
-#: sweep's own priority, as the local backend's do; a value the user set is kept.
+#: Ray's workers raise their niceness by this much (Ray's default is 15), and a trial's process
+#: inherits it: beside two training runs, a two-trial smoke sweep took 148.5 s on Ray's default
+#: against 21.5 s on the local backend (benchmarks/README.md, sweep_under_load.py). A cluster the
+#: sweep starts gets 0, so its trials run at the sweep's own priority, as the local backend's do;
+#: a value the user set is kept.
 RAY_WORKER_NICENESS = "RAY_worker_niceness"
 
 
 @contextmanager
-def _env(name: str, value: str) -> Iterator[None]:
-    """``os.environ[name] = value`` for the block only (the raylet reads it when ``ray.init`` starts it)."""
-    old = os.environ.get(name)
-    os.environ[name] = value
+def _workers_at_our_priority() -> Iterator[None]:
+    """``RAY_worker_niceness=0`` while the block starts a cluster (the raylet copies the environment
+    then), unless the user set it; ``os.environ`` is as it was afterwards, also if the start fails."""
+    if RAY_WORKER_NICENESS in os.environ:
+        yield
+        return
+    os.environ[RAY_WORKER_NICENESS] = "0"
     try:
         yield
     finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
+        os.environ.pop(RAY_WORKER_NICENESS, None)
 
 
 @dataclass(frozen=True)
@@ -78,11 +79,12 @@ def run_ray(
         if opts.address is not None:
             ray.init(address=opts.address, **opts.init_kwargs)
         else:
-            with _env(RAY_WORKER_NICENESS, os.environ.get(RAY_WORKER_NICENESS, "0")):
+            with _workers_at_our_priority():
                 ray.init(num_cpus=opts.num_cpus, num_gpus=opts.num_gpus, include_dashboard=False, **opts.init_kwargs)
-    remote = ray.remote(num_cpus=cfg.cpus_per_trial, num_gpus=cfg.gpus_per_trial, max_retries=0)(runner)
-    pending = [remote.remote(trial, command, env) for trial, command in jobs]
-    try:
+    pending: list = []
+    try:  # from here on, a cluster started here is shut down whatever happens
+        remote = ray.remote(num_cpus=cfg.cpus_per_trial, num_gpus=cfg.gpus_per_trial, max_retries=0)(runner)
+        pending = [remote.remote(trial, command, env) for trial, command in jobs]
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             yield ray.get(ready[0])
