@@ -587,12 +587,21 @@ def test_the_report_says_how_far_the_methods_are_from_separating(report: tuple[P
     caption = "chance that its 95% CI excludes 0"
     assert caption in md
     row = table_row(md, caption, "sphere")
-    assert row[0] == "2 / 2" and row[2] in ("yes", "not separated yet") and 0.0 <= float(row[3]) <= 1.0
+    assert row[0] == "2 / 2" and row[2] in ("yes†", "not separated yet") and 0.0 <= float(row[3]) <= 1.0
     assert len(row) == 10  # runs, difference, verdict, permutation p, 4 chances, the false-separation rate, the test's power
     # 2 runs a side: every chance is marked as resting on too few runs, and the caption says so
     chances = [*row[4:-1], *row[-1].split(" / ")]
     assert len(chances) == 8 and all(v.endswith("†") and 0.0 <= float(v[:-1]) <= 1.0 for v in chances)
     assert "† fewer than 5 runs on a side" in md
+
+
+def test_a_ci_that_excludes_0_on_few_runs_is_marked_as_no_verdict() -> None:
+    from rl_moe.report.tables import verdict_cell
+
+    assert verdict_cell(0.02, 0.84, 3, 5) == "yes†" and verdict_cell(-0.84, -0.02, 5, 4) == "yes†"
+    assert verdict_cell(0.02, 0.84, 5, 5) == "yes" and verdict_cell(-0.5, -0.1, 10, 6) == "yes"
+    assert verdict_cell(-0.01, 0.84, 3, 5) == verdict_cell(-0.3, 0.4, 10, 10) == "not separated yet"
+    assert verdict_cell(0.0, 0.5, 10, 10) == "not separated yet"  # an end at 0 does not exclude it
 
 
 def test_power_cells_are_marked_below_five_runs_a_side() -> None:
