@@ -323,9 +323,14 @@ def few_runs(n_method: int, n_baseline: int) -> bool:
     return min(n_method, n_baseline) < POWER_MIN_RUNS
 
 
+def marked(cell: str, n_method: int, n_baseline: int) -> str:
+    """``cell`` with ``FEW_RUNS_MARK`` where :func:`few_runs`."""
+    return cell + (FEW_RUNS_MARK if few_runs(n_method, n_baseline) else "")
+
+
 def power_cell(value: float, n_method: int, n_baseline: int) -> str:
-    """A chance for the separation table, marked where :func:`few_runs`."""
-    return f"{value:.2f}" + (FEW_RUNS_MARK if few_runs(n_method, n_baseline) else "")
+    """A chance for the separation table, :func:`marked`."""
+    return marked(f"{value:.2f}", n_method, n_baseline)
 
 
 def verdict_cell(low: float, high: float, n_method: int, n_baseline: int) -> str:
@@ -334,7 +339,7 @@ def verdict_cell(low: float, high: float, n_method: int, n_baseline: int) -> str
     than 5% (LN at 3 runs against Top-K's 5: 23%), so it is no verdict."""
     if not (low > 0 or high < 0):
         return "not separated yet"
-    return "yes" + (FEW_RUNS_MARK if few_runs(n_method, n_baseline) else "")
+    return marked("yes", n_method, n_baseline)
 
 
 def separation_table(ctx: Context, protocol: str, baseline: str, method: str, reps: int, field: str = "own") -> Table | None:
