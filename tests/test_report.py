@@ -582,15 +582,38 @@ def test_iqm_difference_and_the_chance_to_separate_have_known_answers() -> None:
     assert power_to_separate(ones, zeros, 2, sims=50, reps=200, n_baseline=7) == 1.0
 
 
+def test_whole_run_resampling_keeps_each_runs_tasks_together() -> None:
+    from rl_moe.report.stats import iqm_difference_ci, run_resample, stratified_resample
+
+    rng = np.random.default_rng(0)
+    scores = np.arange(12.0).reshape(4, 3)  # every row distinct
+    rows = {tuple(r) for r in scores}
+    assert all(tuple(r) in rows for r in run_resample(scores, 200, rng).reshape(-1, 3))
+    # per task, rows are mixed: some replica row is no original row
+    assert any(tuple(r) not in rows for r in stratified_resample(scores, 200, rng).reshape(-1, 3))
+    # known answer: two runs over 20 tasks, one learning every task and one none, against a baseline
+    # of zeros. A whole-run replica holds both runs (IQM 0.5, probability 1/2), twice the learner
+    # (1, 1/4) or twice the other (0, 1/4), so the 95% CI is [0, 1]. Per task, the 40 cells hold
+    # Binomial(40, 1/2) ones and the IQM is (ones - 10) / 20 clipped to [0, 1]: a CI of about
+    # [0.2, 0.8], far inside.
+    x, y = np.vstack([np.ones(20), np.zeros(20)]), np.zeros((3, 20))
+    assert tuple(iqm_difference_ci(x, y, reps=2000, resample="run")) == (0.5, 0.0, 1.0)
+    per_task = iqm_difference_ci(x, y, reps=2000)
+    assert per_task.value == 0.5 and 0.05 < per_task.low < 0.5 < per_task.high < 0.95
+
+
 def test_the_report_says_how_far_the_methods_are_from_separating(report: tuple[Path, str]) -> None:
     _, md = report
     caption = "chance that its 95% CI excludes 0"
     assert caption in md
     row = table_row(md, caption, "sphere")
-    assert row[0] == "2 / 2" and row[2] in ("yes†", "not separated yet") and 0.0 <= float(row[3]) <= 1.0
-    assert len(row) == 10  # runs, difference, verdict, permutation p, 4 chances, the false-separation rate, the test's power
+    assert row[0] == "2 / 2" and row[3] in ("yes†", "not separated yet") and 0.0 <= float(row[4]) <= 1.0
+    # runs, difference, its whole-run CI, verdict, permutation p, 4 chances, the false-separation rate, the test's power
+    assert len(row) == 11
+    low, high = (float(v) for v in row[2].strip("[]").split(", "))
+    assert -1.0 <= low <= float(row[1].split(" [")[0]) <= high <= 1.0
     # 2 runs a side: every chance is marked as resting on too few runs, and the caption says so
-    chances = [*row[4:-1], *row[-1].split(" / ")]
+    chances = [*row[5:-1], *row[-1].split(" / ")]
     assert len(chances) == 8 and all(v.endswith("†") and 0.0 <= float(v[:-1]) <= 1.0 for v in chances)
     assert "† fewer than 5 runs on a side" in md
 

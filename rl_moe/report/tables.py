@@ -356,6 +356,7 @@ def separation_table(ctx: Context, protocol: str, baseline: str, method: str, re
         if m == baseline or s.shape[0] < 2 or base.shape[0] < 2:
             continue
         d = iqm_difference_ci(s, base, reps=reps)
+        whole = iqm_difference_ci(s, base, reps=reps, resample="run")
         # this study's own counts (method / baseline), then equal counts on both sides
         ns = (s.shape[0], base.shape[0])
         few |= few_runs(*ns)
@@ -367,14 +368,15 @@ def separation_table(ctx: Context, protocol: str, baseline: str, method: str, re
         separated = verdict_cell(d.low, d.high, *ns)
         p = permutation_p(s, base)
         p_power = " / ".join(power_cell(permutation_power(s, base, n), *ns) for n in POWER_RUNS)
-        rows.append((m, f"{s.shape[0]} / {base.shape[0]}", f"{fmt(d.value)} [{fmt(d.low)}, {fmt(d.high)}]", separated, f"{p:.3f}", *chances, power_cell(false, *ns), p_power))
+        rows.append((m, f"{s.shape[0]} / {base.shape[0]}", f"{fmt(d.value)} [{fmt(d.low)}, {fmt(d.high)}]", f"[{fmt(whole.low)}, {fmt(whole.high)}]", separated, f"{p:.3f}", *chances, power_cell(false, *ns), p_power))
     if not rows:
         return None
-    header = ("method", f"runs (method / {baseline})", f"IQM − {baseline} [95% CI]", "CI excludes 0", "permutation p",
+    header = ("method", f"runs (method / {baseline})", f"IQM − {baseline} [95% CI]", "95% CI, whole runs resampled", "per-task CI excludes 0", "permutation p",
               "chance to separate at these counts", *(f"at {n} runs each" for n in POWER_RUNS), "false separation at these counts",
               f"permutation p ≤ 0.05 at {' / '.join(map(str, POWER_RUNS))} runs each")  # fmt: skip
     caption = (f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {_aggregated(by_method, field)}: IQM difference from {baseline} (each method's runs resampled per "
-               "task); the two-sided p-value of that difference when whole runs are exchanged between the two methods (every split "
+               "task, as rliable does; beside it, whole runs resampled, each keeping its tasks: with few runs this keeps the "
+               "correlation between one run's tasks and is wider); the two-sided p-value of that difference when whole runs are exchanged between the two methods (every split "
                f"when there are at most {PERMUTATION_SPLITS:,}; valid at any seed count, unlike the CI); and the chance that its 95% CI excludes 0, "
                f"resampling the observed runs as the population ({SEPARATION_SIMS:,} simulated "
                "studies; \"these counts\": as many runs per method as observed); the last column runs the same test at these counts with both "
