@@ -588,6 +588,7 @@ def test_whole_run_resampling_keeps_each_runs_tasks_together() -> None:
     rng = np.random.default_rng(0)
     scores = np.arange(12.0).reshape(4, 3)  # every row distinct
     rows = {tuple(r) for r in scores}
+    assert run_resample(scores, 200, rng).shape == (200, 4, 3)
     assert all(tuple(r) in rows for r in run_resample(scores, 200, rng).reshape(-1, 3))
     # per task, rows are mixed: some replica row is no original row
     assert any(tuple(r) not in rows for r in stratified_resample(scores, 200, rng).reshape(-1, 3))
@@ -604,7 +605,7 @@ def test_whole_run_resampling_keeps_each_runs_tasks_together() -> None:
 
 def test_the_report_says_how_far_the_methods_are_from_separating(report: tuple[Path, str]) -> None:
     _, md = report
-    caption = "chance that its 95% CI excludes 0"
+    caption = "chance that its per-task 95% CI excludes 0"
     assert caption in md
     row = table_row(md, caption, "sphere")
     assert row[0] == "2 / 2" and row[3] in ("yes†", "not separated yet") and 0.0 <= float(row[4]) <= 1.0

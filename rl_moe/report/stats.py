@@ -4,7 +4,7 @@ Robust aggregates follow Agarwal et al. 2021 ("Deep RL at the Edge of the Statis
 arXiv:2108.13264): the interquartile mean (IQM) of all run×task scores, percentile confidence
 intervals from a bootstrap over runs stratified by task, and the probability of improvement
 P(X > Y) (Mann-Whitney statistic averaged over tasks); beside the percentile CI of an IQM
-difference, a permutation test over whole runs (:func:`permutation_p`), which holds its level
+difference, the same CI from resampling whole runs (:func:`run_resample`) and a permutation test over whole runs (:func:`permutation_p`), which holds its level
 at the 3-5 seeds where the percentile CI does not. Continual World metrics follow Wolczyk et
 al. 2021 (arXiv:2105.10919).
 """
@@ -82,7 +82,8 @@ def run_resample(scores: np.ndarray, reps: int, rng: np.random.Generator) -> np.
     """Bootstrap replicas that resample whole runs with replacement, each keeping all its tasks.
 
     Unlike :func:`stratified_resample` it keeps the correlation between one run's tasks (a run
-    that learned one task tends to learn the next), so with few runs its intervals are wider.
+    that learned one task tends to learn the next), so where tasks go together its intervals are
+    wider.
 
     :param scores: (R, T) run×task scores
     :returns: (reps, R, T)

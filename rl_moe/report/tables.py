@@ -343,9 +343,10 @@ def verdict_cell(low: float, high: float, n_method: int, n_baseline: int) -> str
 
 
 def separation_table(ctx: Context, protocol: str, baseline: str, method: str, reps: int, field: str = "own") -> Table | None:
-    """Each method's IQM difference from ``baseline`` with its CI, and the chance that such a CI
-    excludes 0 at this and at larger seed counts, taking the observed runs as the population
-    (:func:`~rl_moe.report.stats.power_to_separate`): how far the evidence is from separating them."""
+    """Each method's IQM difference from ``baseline`` with its CI (per task, and by whole runs beside
+    it), and the chance that the per-task CI excludes 0 at this and at larger seed counts, taking
+    the observed runs as the population (:func:`~rl_moe.report.stats.power_to_separate`): how far
+    the evidence is from separating them."""
     by_method = ctx.runs.get(protocol, {})
     if baseline not in by_method:
         return None
@@ -371,13 +372,13 @@ def separation_table(ctx: Context, protocol: str, baseline: str, method: str, re
         rows.append((m, f"{s.shape[0]} / {base.shape[0]}", f"{fmt(d.value)} [{fmt(d.low)}, {fmt(d.high)}]", f"[{fmt(whole.low)}, {fmt(whole.high)}]", separated, f"{p:.3f}", *chances, power_cell(false, *ns), p_power))
     if not rows:
         return None
-    header = ("method", f"runs (method / {baseline})", f"IQM − {baseline} [95% CI]", "95% CI, whole runs resampled", "per-task CI excludes 0", "permutation p",
+    header = ("method", f"runs (method / {baseline})", f"IQM − {baseline} [95% CI, per task]", "95% CI, whole runs resampled", "per-task CI excludes 0", "permutation p",
               "chance to separate at these counts", *(f"at {n} runs each" for n in POWER_RUNS), "false separation at these counts",
               f"permutation p ≤ 0.05 at {' / '.join(map(str, POWER_RUNS))} runs each")  # fmt: skip
     caption = (f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {_aggregated(by_method, field)}: IQM difference from {baseline} (each method's runs resampled per "
-               "task, as rliable does; beside it, whole runs resampled, each keeping its tasks: with few runs this keeps the "
-               "correlation between one run's tasks and is wider); the two-sided p-value of that difference when whole runs are exchanged between the two methods (every split "
-               f"when there are at most {PERMUTATION_SPLITS:,}; valid at any seed count, unlike the CI); and the chance that its 95% CI excludes 0, "
+               "task, as rliable does; beside it, whole runs resampled, each keeping its tasks, which keeps the correlation between "
+               "one run's tasks and, where they go together, is wider); the two-sided p-value of that difference when whole runs are exchanged between the two methods (every split "
+               f"when there are at most {PERMUTATION_SPLITS:,}; valid at any seed count, unlike either CI); and the chance that its per-task 95% CI excludes 0, "
                f"resampling the observed runs as the population ({SEPARATION_SIMS:,} simulated "
                "studies; \"these counts\": as many runs per method as observed); the last column runs the same test at these counts with both "
                "methods' runs pooled on both sides, where the nominal rate is 0.05; the very last, how often the permutation test reaches "
