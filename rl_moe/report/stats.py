@@ -4,8 +4,9 @@ Robust aggregates follow Agarwal et al. 2021 ("Deep RL at the Edge of the Statis
 arXiv:2108.13264): the interquartile mean (IQM) of all run×task scores, percentile confidence
 intervals from a bootstrap over runs stratified by task, and the probability of improvement
 P(X > Y) (Mann-Whitney statistic averaged over tasks); beside the percentile CI of an IQM
-difference, the same CI from resampling whole runs (:func:`run_resample`) and a permutation test over whole runs (:func:`permutation_p`), which holds its level
-at the 3-5 seeds where the percentile CI does not. Continual World metrics follow Wolczyk et
+difference, the same CI from resampling whole runs (:func:`run_resample`) and a permutation test
+over whole runs (:func:`permutation_p`), which holds its level at the 3-5 seeds where the
+percentile CI does not. Continual World metrics follow Wolczyk et
 al. 2021 (arXiv:2105.10919).
 """
 
