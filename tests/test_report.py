@@ -603,12 +603,34 @@ def test_whole_run_resampling_keeps_each_runs_tasks_together() -> None:
     assert per_task.value == 0.5 and 0.05 < per_task.low < 0.5 < per_task.high < 0.95
 
 
-def test_the_report_says_how_far_the_methods_are_from_separating(report: tuple[Path, str]) -> None:
+def test_the_report_says_how_far_the_methods_are_from_separating(
+    report: tuple[Path, str], runs_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rl_moe.report import tables
+    from rl_moe.report.stats import VERDICT_REPS, fmt, iqm_difference_ci
+    from rl_moe.report.tables import complete_scores, separation_table
+
     _, md = report
     caption = "chance that its per-task 95% CI excludes 0"
     assert caption in md
     row = table_row(md, caption, "sphere")
     assert row[0] == "2 / 2" and row[3] in ("yes†", "not separated yet") and 0.0 <= float(row[4]) <= 1.0
+    # whatever --reps says (here 100), the CIs the verdict reads come from VERDICT_REPS replicas
+    ctx = contexts(load_runs([runs_root]))[0]
+    seen: list[tuple[int, str]] = []
+
+    def spy(x: np.ndarray, y: np.ndarray, reps: int = 10_000, resample: str = "task", **kw: object) -> object:
+        seen.append((reps, resample))
+        return iqm_difference_ci(x, y, reps=reps, resample=resample, **kw)
+
+    monkeypatch.setattr(tables, "iqm_difference_ci", spy)
+    table = separation_table(ctx, "rl", "topk", "sphere", reps=100)
+    assert table is not None and seen == [(VERDICT_REPS, "task"), (VERDICT_REPS, "run")]
+    cells = dict((r[0], r[1:]) for r in table.rows)["sphere"]
+    s, base = complete_scores(ctx.runs["rl"]["sphere"], "own"), complete_scores(ctx.runs["rl"]["topk"], "own")
+    for cell, resample in ((cells[1], "task"), (cells[2], "run")):
+        d = iqm_difference_ci(s, base, reps=VERDICT_REPS, resample=resample)
+        assert cell.endswith(f"[{fmt(d.low)}, {fmt(d.high)}]"), (cell, d)
     # runs, difference, its whole-run CI, verdict, permutation p, 4 chances, the false-separation rate, the test's power
     assert len(row) == 11
     low, high = (float(v) for v in row[2].strip("[]").split(", "))
@@ -617,6 +639,23 @@ def test_the_report_says_how_far_the_methods_are_from_separating(report: tuple[P
     chances = [*row[5:-1], *row[-1].split(" / ")]
     assert len(chances) == 8 and all(v.endswith("†") and 0.0 <= float(v[:-1]) <= 1.0 for v in chances)
     assert "† fewer than 5 runs on a side" in md
+
+
+def test_the_verdicts_ci_does_not_hang_on_the_bootstrap_draw() -> None:
+    """LN against Top-K on the slice (own-segment success of the committed runs, 5 seeds each): the
+    difference's replicas pile up at exactly 0 (1.5%) with 1.7% below it, so the 2.5th percentile is
+    0 once converged. 2,000 replicas drawn from seed 0 put it at 0.02 and the report said "yes"."""
+    from rl_moe.report.stats import VERDICT_REPS, iqm_difference_ci, monte_carlo_se
+    from rl_moe.report.tables import verdict_cell
+
+    ln = np.array([[1, 0, 1], [1, 0, 1], [1, 1, 1], [1, 0, 1], [1, 0, 1]], dtype=float)
+    topk = np.array([[1, 0, 0], [0, 0, 0.4], [1, 0, 1], [1, 1, 1], [1, 0, 0]])
+    assert iqm_difference_ci(ln, topk, reps=2000).low == pytest.approx(0.02222, abs=1e-4)
+    lows = {iqm_difference_ci(ln, topk, reps=VERDICT_REPS, seed=seed).low for seed in range(4)}
+    assert lows == {0.0}
+    d = iqm_difference_ci(ln, topk, reps=VERDICT_REPS)
+    assert d.value == pytest.approx(0.4) and verdict_cell(d.low, d.high, 5, 5) == "not separated yet"
+    assert monte_carlo_se(200) == pytest.approx(0.0354, abs=1e-4) and monte_carlo_se(400) == 0.025
 
 
 def test_a_ci_that_excludes_0_on_few_runs_is_marked_as_no_verdict() -> None:

@@ -16,6 +16,7 @@ from rl_moe.report.stats import (
     PERMUTATION_POWER_SPLITS,
     PERMUTATION_SPLITS,
     SEPARATION_SIMS,
+    VERDICT_REPS,
     Interval,
     MeanStd,
     cl_metrics,
@@ -25,6 +26,7 @@ from rl_moe.report.stats import (
     iqm_difference_ci,
     mean_ci,
     mean_std,
+    monte_carlo_se,
     permutation_p,
     permutation_power,
     power_to_separate,
@@ -356,8 +358,8 @@ def separation_table(ctx: Context, protocol: str, baseline: str, method: str, re
         s = complete_scores(by_method[m], field)
         if m == baseline or s.shape[0] < 2 or base.shape[0] < 2:
             continue
-        d = iqm_difference_ci(s, base, reps=reps)
-        whole = iqm_difference_ci(s, base, reps=reps, resample="run")
+        d = iqm_difference_ci(s, base, reps=max(reps, VERDICT_REPS))
+        whole = iqm_difference_ci(s, base, reps=max(reps, VERDICT_REPS), resample="run")
         # this study's own counts (method / baseline), then equal counts on both sides
         ns = (s.shape[0], base.shape[0])
         few |= few_runs(*ns)
@@ -377,12 +379,15 @@ def separation_table(ctx: Context, protocol: str, baseline: str, method: str, re
               f"permutation p ≤ 0.05 at {' / '.join(map(str, POWER_RUNS))} runs each")  # fmt: skip
     caption = (f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {_aggregated(by_method, field)}: IQM difference from {baseline} (each method's runs resampled per "
                "task, as rliable does; beside it, whole runs resampled, each keeping its tasks, which keeps the correlation between "
-               "one run's tasks and, where they go together, is wider); the two-sided p-value of that difference when whole runs are exchanged between the two methods (every split "
+               f"one run's tasks and, where they go together, is wider; both from at least {VERDICT_REPS:,} replicas, since the verdict "
+               "reads their 2.5% tails); the two-sided p-value of that difference when whole runs are exchanged between the two methods (every split "
                f"when there are at most {PERMUTATION_SPLITS:,}; valid at any seed count, unlike either CI); and the chance that its per-task 95% CI excludes 0, "
                f"resampling the observed runs as the population ({SEPARATION_SIMS:,} simulated "
                "studies; \"these counts\": as many runs per method as observed); the last column runs the same test at these counts with both "
                "methods' runs pooled on both sides, where the nominal rate is 0.05; the very last, how often the permutation test reaches "
-               f"p ≤ 0.05 in {PERMUTATION_POWER_SIMS:,} such simulated studies ({PERMUTATION_POWER_SPLITS:,} random splits each)")  # fmt: skip
+               f"p ≤ 0.05 in {PERMUTATION_POWER_SIMS:,} such simulated studies ({PERMUTATION_POWER_SPLITS:,} random splits each). "
+               f"Each chance is a Monte Carlo estimate: one standard error is at most {monte_carlo_se(SEPARATION_SIMS):.3f} "
+               f"({SEPARATION_SIMS:,} studies) and {monte_carlo_se(PERMUTATION_POWER_SIMS):.3f} ({PERMUTATION_POWER_SIMS:,})")  # fmt: skip
     if few:
         caption += (f"; {FEW_RUNS_MARK} fewer than {POWER_MIN_RUNS} runs on a side: those few runs stand in for the method, "
                     "so the rate says what they would give, not what the method would; a CI that excludes 0 there (yes"
