@@ -518,6 +518,19 @@ def test_eval_curve_drops_at_a_task_boundary_instead_of_jumping_back(runs_root: 
 PAPER_RULES = {"episode_length": 500, "task_fields": {"positions": "fixed"}, "grad_clip": "separate", "eval_positions": "both"}
 
 
+def test_run_folders_are_found_once_and_named_as_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rl_moe.report.loading import find_results
+
+    a = write_run(tmp_path / "runs", results("topk", "crl", 0, [1.0, 0.0, 0.0]))
+    b = write_run(tmp_path / "runs", results("topk", "crl", 1, [1.0, 0.0, 0.0]))
+    monkeypatch.chdir(tmp_path)
+    # the folder twice (relative, then absolute) and a results file inside it: each run once,
+    # under the relative name it was first given, so a committed report's notes name no machine
+    found = find_results([Path("runs"), tmp_path / "runs", a / "results.json"])
+    assert found == [(p / "results.json").relative_to(tmp_path) for p in (a, b)]
+    assert not any(f.is_absolute() for f in found)
+
+
 def test_runs_of_one_table_must_share_their_protocol(tmp_path: Path) -> None:
     # Same suite, method and seed, two clipping rules (a --set beside the suite's own): two
     # tables, each naming the rule that sets it apart, and neither seed dropped as a duplicate.

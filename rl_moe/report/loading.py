@@ -280,7 +280,12 @@ def find_results(paths: list[Path]) -> list[Path]:
             found.append(p)
         else:
             found.extend(sorted(p.rglob(RESULTS_FILE)))
-    unique = sorted({f.resolve() for f in found})
+    # one entry per file, kept as the user first named it: a relative path stays relative in the
+    # notes of a report that is committed beside the runs
+    first: dict[Path, Path] = {}
+    for f in found:
+        first.setdefault(f.resolve(), f)
+    unique = [first[key] for key in sorted(first)]
     if not unique:
         raise ReportError(f"no {RESULTS_FILE} found under: {', '.join(str(p) for p in paths)}")
     return unique
