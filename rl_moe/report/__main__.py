@@ -10,6 +10,7 @@ from pathlib import Path
 from rl_moe.cli import UsageParser
 from rl_moe.report.build import MISSING_MATPLOTLIB, ReportOptions, build_report
 from rl_moe.report.loading import ReportError
+from rl_moe.report.stats import VERDICT_REPS
 from rl_moe.report.tables import FT_REFERENCES
 from rl_moe.rundir import check_writable_folder
 
@@ -32,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--ft-reference", choices=tuple(FT_REFERENCES), default=ReportOptions.ft_reference,
         help="forward transfer's reference: the RL run of the same seed, or each task's mean over the method's RL runs",
     )  # fmt: skip
-    p.add_argument("--reps", type=int, default=ReportOptions.reps, help="bootstrap replicas for the CIs")
+    p.add_argument("--reps", type=int, default=ReportOptions.reps, help=f"bootstrap replicas for the CIs (the separation tables' differences use at least {VERDICT_REPS:,})")
     return p
 
 

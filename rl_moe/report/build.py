@@ -11,6 +11,7 @@ from rl_moe.report.collapse import collapse_table
 from rl_moe.report.loading import ReportError, RunSet, describe_rules, load_runs
 from rl_moe.report.render import Block, Heading, Image, Paragraph, to_html, to_markdown
 from rl_moe.report.scalars import PLASTICITY_TAGS, TAG_LABELS, Curve, load_scalars
+from rl_moe.report.stats import VERDICT_REPS
 from rl_moe.report.tables import (
     Context,
     cl_table,
@@ -96,7 +97,7 @@ def report_blocks(runset: RunSet, opts: ReportOptions, out: Path) -> list[Block]
     scalars = {r.path: load_scalars(r.path, prefixes=(*opts.plasticity_tags, *COLLAPSE_TAGS)) for r in runset.runs}
     blocks: list[Block] = [Heading("rl_moe report", 1)]
     n_runs = len(runset.runs)
-    blocks.append(Paragraph(f"{n_runs} runs in {len(runset.groups)} groups (suite / algo / method / protocol). Standard deviations are over seeds (ddof=0); CIs are 95% percentile intervals of a bootstrap over runs stratified by task ({opts.reps} replicas)."))
+    blocks.append(Paragraph(f"{n_runs} runs in {len(runset.groups)} groups (suite / algo / method / protocol). Standard deviations are over seeds (ddof=0); CIs are 95% percentile intervals of a bootstrap over runs stratified by task ({opts.reps} replicas; at least {VERDICT_REPS:,} for the separation tables' differences)."))
     for ctx in contexts(runset):
         blocks.append(Heading(f"{ctx.suite} / {ctx.algo}", 2))
         blocks.append(Paragraph(f"Protocol: {describe_rules(ctx.rules)}."))

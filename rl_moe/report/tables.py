@@ -16,6 +16,7 @@ from rl_moe.report.stats import (
     PERMUTATION_POWER_SPLITS,
     PERMUTATION_SPLITS,
     SEPARATION_SIMS,
+    TIE_TOLERANCE,
     VERDICT_REPS,
     Interval,
     MeanStd,
@@ -339,7 +340,7 @@ def verdict_cell(low: float, high: float, n_method: int, n_baseline: int) -> str
     """Whether the CI on the difference excludes 0; a "yes" on fewer than ``POWER_MIN_RUNS`` runs a
     side is marked like the chances: there the percentile CI separates equal methods far more often
     than 5% (LN at 3 runs against Top-K's 5: 23%), so it is no verdict."""
-    if not (low > 0 or high < 0):
+    if not (low > TIE_TOLERANCE or high < -TIE_TOLERANCE):  # an end at 0, or a float hair off it, is no exclusion
         return "not separated yet"
     return marked("yes", n_method, n_baseline)
 
@@ -354,12 +355,13 @@ def separation_table(ctx: Context, protocol: str, baseline: str, method: str, re
         return None
     base = complete_scores(by_method[baseline], field)
     rows, few = [], False
+    verdict_reps = max(reps, VERDICT_REPS)
     for m in method_order(list(by_method), baseline, method):
         s = complete_scores(by_method[m], field)
         if m == baseline or s.shape[0] < 2 or base.shape[0] < 2:
             continue
-        d = iqm_difference_ci(s, base, reps=max(reps, VERDICT_REPS))
-        whole = iqm_difference_ci(s, base, reps=max(reps, VERDICT_REPS), resample="run")
+        d = iqm_difference_ci(s, base, reps=verdict_reps)
+        whole = iqm_difference_ci(s, base, reps=verdict_reps, resample="run")
         # this study's own counts (method / baseline), then equal counts on both sides
         ns = (s.shape[0], base.shape[0])
         few |= few_runs(*ns)
@@ -380,7 +382,7 @@ def separation_table(ctx: Context, protocol: str, baseline: str, method: str, re
     caption = (f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {_aggregated(by_method, field)}: IQM difference from {baseline} (each method's runs resampled per "
                "task, as rliable does; beside it, whole runs resampled, each keeping its tasks, which keeps the correlation between "
                f"one run's tasks and, where they go together, is wider; both from at least {VERDICT_REPS:,} replicas, since the verdict "
-               "reads their 2.5% tails); the two-sided p-value of that difference when whole runs are exchanged between the two methods (every split "
+               "reads the per-task CI's 2.5% tail); the two-sided p-value of that difference when whole runs are exchanged between the two methods (every split "
                f"when there are at most {PERMUTATION_SPLITS:,}; valid at any seed count, unlike either CI); and the chance that its per-task 95% CI excludes 0, "
                f"resampling the observed runs as the population ({SEPARATION_SIMS:,} simulated "
                "studies; \"these counts\": as many runs per method as observed); the last column runs the same test at these counts with both "
