@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,11 +13,13 @@ from stable_baselines3.common.save_util import load_from_zip_file
 
 from rl_moe.continual import scheduler as sched_mod
 from rl_moe.continual.resolve import RunRequest, resolve
+from rl_moe.continual.results import Results
 from rl_moe.continual.state_files import load_regularizer_state
 from rl_moe.continual.scheduler import ContinualScheduler
 from rl_moe.crl import main
 from rl_moe.rundir import RunDir
 from tests.conftest import CLI_TINY
+from tools import collect_runs
 
 TINY = CLI_TINY
 
@@ -472,6 +475,8 @@ def test_larger_tasks_extends_a_finished_run_like_one_run(tmp_path: Path, capsys
     assert main([*common, "--tasks", "3", "--run-dir", str(whole)]) == 0
     assert main([*common, "--tasks", "2", "--run-dir", str(grown)]) == 0
     first = RunDir(grown).checkpoint(0, "pendulum-0").read_bytes()
+    two = tmp_path / "two"
+    shutil.copytree(grown, two, ignore=shutil.ignore_patterns("checkpoints"))
     capsys.readouterr()
     assert main([*common, "--tasks", "2", "--run-dir", str(grown)]) == 0
     assert "already complete" in capsys.readouterr().out
@@ -486,6 +491,28 @@ def test_larger_tasks_extends_a_finished_run_like_one_run(tmp_path: Path, capsys
     assert b["task_segments"] == a["task_segments"]
     pa, pb = (load_from_zip_file(RunDir(run).checkpoint(2, "pendulum-2"))[1]["policy"] for run in (whole, grown))
     assert _same(pa, pb)
+    # ... and its first 2 tasks, cut out again, are the 2-task run as it stood before it went on
+    # (tools/collect_runs.py --tasks: a slice run continued over CW10 is still a slice run)
+    assert Results.from_dict(b).head(2).to_dict() == json.loads((two / "results.json").read_text())
+    cut = collect_runs.collect(grown, tmp_path / "cut", tasks=2)[0]
+    for name in ("results.json", "config.json"):
+        assert json.loads((cut / name).read_text()) == json.loads((two / name).read_text())
+    assert _events(cut) == _events(two) != _events(grown)  # the third task's start evaluation sits at the boundary step
+    with pytest.raises(ValueError, match="--tasks 4"):
+        collect_runs.collect(grown, tmp_path / "none", tasks=4)
+    assert not (tmp_path / "none").exists()
+
+
+def _events(run: Path) -> list[tuple[str, int, float]]:
+    """Every logged value of a run folder's TensorBoard files, in file and write order."""
+    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+
+    return [
+        (v.tag, e.step, v.simple_value)
+        for f in sorted((run / "tb").glob("events.out.tfevents.*"))
+        for e in LegacyEventFileLoader(str(f)).Load()
+        for v in e.summary.value
+    ]
 
 
 def test_tasks_beyond_the_suite_or_fewer_than_stored_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -6,24 +6,104 @@ Keeps ``config.json``, ``results.json``, the TensorBoard events (``tb/``), the p
 (``probe_states.pt``, 40 kB), ``sweep.log`` and the held-out scores of ``python -m
 rl_moe.positions`` (``positions-<N>.json``); leaves out checkpoints (19 MB each on CW10).
 Runs still in progress are copied as they stand (their results.json counts the finished tasks).
+
+    python -m tools.collect_runs --tasks 3 ~/rl_moe-runs/cw10-paper/ppo-topk-crl-s5 results/cw10-paper/ppo-topk-crl-s5
+
+``--tasks N`` copies a run as it stood after its first N tasks: a slice run that went on over
+CW10 (``--tasks 10``) in its own folder is still one of the slice's runs. Its results.json and
+config.json are cut to those tasks (:meth:`~rl_moe.continual.results.Results.head`) and its
+TensorBoard events to the steps up to the end of task N.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
+import sys
 from pathlib import Path
 
+from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.summary.writer.record_writer import RecordWriter
+
+from rl_moe.atomic import write_json_atomic
+from rl_moe.continual.evaluation import EVAL_TAGS
+from rl_moe.continual.results import Results
+from rl_moe.continual.scheduler import TASK_INDEX_TAGS
 from rl_moe.rundir import RunDir
 
 KEEP = ("config.json", "results.json", "probe_states.pt", "sweep.log")
 
 
-def collect(src: Path, dst: Path) -> list[Path]:
-    """Copy every run folder under ``src`` (a folder holding config.json) to the same place under ``dst``."""
+def cut_events(src: Path, dst: Path, last_step: int, tasks: int) -> int:
+    """Copy the TensorBoard event file ``src`` to ``dst`` without what a run logged after its
+    first ``tasks`` tasks, which ended at ``last_step``: the events past that step, the next
+    task's start evaluation, logged at that step (:data:`~rl_moe.continual.evaluation.EVAL_TAGS`),
+    and the later tasks' points of the tags against the task index
+    (:data:`~rl_moe.continual.scheduler.TASK_INDEX_TAGS`). The others
+    are copied byte for byte and in their order (the report keeps the value read last); a file
+    left with no logged value is not written. Returns the events left out."""
+    kept, dropped = [], 0
+    for record in RawEventFileLoader(str(src)).Load():
+        event = Event.FromString(record)
+        tags = [v.tag for v in event.summary.value]
+        if any(tag in TASK_INDEX_TAGS for tag in tags):
+            later = event.step >= tasks
+        else:
+            later = event.step > last_step or (event.step == last_step and any(tag.startswith(EVAL_TAGS) for tag in tags))
+        if later:
+            dropped += 1
+        else:
+            kept.append((record, event.HasField("file_version")))
+    if not all(version for _, version in kept):
+        with dst.open("wb") as f:
+            writer = RecordWriter(f)
+            for record, _ in kept:
+                writer.write(record)
+    return dropped
+
+
+def head_of(run: Path, tasks: int) -> Results:
+    """The run's results as they stood after its first ``tasks`` tasks.
+
+    :raises ValueError: if the run has fewer evaluated tasks
+    """
+    try:
+        return Results.from_dict(json.loads((run / "results.json").read_text())).head(tasks)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{run}: --tasks {tasks}: {e}") from None
+
+
+def write_head(run: Path, out: Path, res: Results) -> None:
+    """Rewrite the copy ``out`` of ``run`` as the run stood at ``res`` (:func:`head_of`)."""
+    n = len(res.tasks)
+    write_json_atomic(out / "results.json", res.to_dict())
+    config = json.loads((run / "config.json").read_text())
+    write_json_atomic(out / "config.json", {**config, "tasks": config["tasks"][:n]})
+    for scores in out.glob("positions-*.json"):
+        # scored later, over more tasks: its last checkpoint is not the view's
+        if json.loads(scores.read_text()).get("tasks") != res.tasks:
+            scores.unlink()
+            print(f"{out}: left out {scores.name}, which does not cover exactly the first {n} tasks")
+    if (out / "tb").is_dir():
+        shutil.rmtree(out / "tb")
+        for events in sorted((run / "tb").rglob("events.out.tfevents.*")):
+            target = out / "tb" / events.relative_to(run / "tb")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            cut_events(events, target, res.global_step, n)
+
+
+def collect(src: Path, dst: Path, tasks: int | None = None) -> list[Path]:
+    """Copy every run folder under ``src`` (a folder holding config.json) to the same place under
+    ``dst``; with ``tasks``, each as it stood after its first ``tasks`` tasks (:func:`write_head`).
+
+    :raises ValueError: before anything is written, if a run has fewer than ``tasks`` evaluated tasks
+    """
+    runs = [config.parent for config in sorted(src.rglob("config.json"))]
+    heads = {run: head_of(run, tasks) for run in runs} if tasks is not None else {}
     copied = []
-    for config in sorted(src.rglob("config.json")):
-        run = config.parent
+    for run in runs:
         out = dst / run.relative_to(src)
         if out.exists():
             shutil.rmtree(out)
@@ -35,6 +115,8 @@ def collect(src: Path, dst: Path) -> list[Path]:
             shutil.copy2(scores, out / scores.name)
         if (run / "tb").is_dir():
             shutil.copytree(run / "tb", out / "tb")
+        if run in heads:
+            write_head(run, out, heads[run])
         copied.append(out)
     return copied
 
@@ -43,8 +125,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("src", type=Path)
     p.add_argument("dst", type=Path)
+    p.add_argument("--tasks", type=int, default=None, help="copy each run as it stood after its first N tasks")
     args = p.parse_args()
-    for out in collect(args.src, args.dst):
+    try:
+        copied = collect(args.src, args.dst, args.tasks)
+    except ValueError as e:
+        print(f"collect_runs: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    for out in copied:
         print(out)
 
 

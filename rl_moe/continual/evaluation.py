@@ -184,6 +184,11 @@ def evaluate(
     return EvalResult(float(np.mean(successes)), float(np.mean(returns)), len(successes), float(np.mean(last)))
 
 
+#: TensorBoard tag group of :class:`PeriodicEval`. A task's start evaluation is logged at the global
+#: step where the previous task ended, so at a boundary step these tags belong to the next task.
+EVAL_TAGS = "eval/"
+
+
 class PeriodicEval(BaseCallback):
     """Evaluate the current task at the task's start and then every ``every`` env steps.
 
@@ -216,9 +221,9 @@ class PeriodicEval(BaseCallback):
         values = (res if isinstance(res, EvalPoint) else EvalPoint(res)).curve_values()
         append_point(self.curve, self.num_timesteps, values)
         if log:
-            keys = [f"eval/{k}" for k, v in values.items() if v is not None]
+            keys = [f"{EVAL_TAGS}{k}" for k, v in values.items() if v is not None]
             for key in keys:
-                self.logger.record(key, values[key[len("eval/"):]])
+                self.logger.record(key, values[key[len(EVAL_TAGS):]])
             dump_keys(self.logger, tuple(keys), self.num_timesteps)
 
     def _on_training_start(self) -> None:

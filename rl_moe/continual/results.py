@@ -61,6 +61,33 @@ class Results:
         self.success_matrix += [[None] * n for _ in range(n - len(self.success_matrix))]
         self.tasks = list(tasks)
 
+    def head(self, n: int) -> Results:
+        """The run as it stood once its first ``n`` tasks were trained and evaluated: what a run
+        continued with a larger ``--tasks`` (:meth:`extend`) had written before it went on, so a
+        slice run continued over CW10 still reports as a slice run.
+
+        :raises ValueError: if fewer than ``n`` tasks are evaluated, or ``n`` < 1
+        """
+        if not 1 <= n <= (self.evaluated_tasks or 0):
+            raise ValueError(f"head needs 1 <= n <= {self.evaluated_tasks} (the evaluated tasks), got {n}")
+        end = self.task_segments[n - 1][1] if len(self.task_segments) >= n else None
+        kept = set(self.tasks[:n])
+
+        def cut(curve: dict[str, list[float]]) -> dict[str, list[float]]:
+            # a task that comes back later (CW20) has points past the view's end
+            keep = [end is None or step <= end for step in curve["steps"]]
+            return {k: [v for v, ok in zip(values, keep) if ok] for k, values in curve.items()}
+
+        return Results(
+            suite=self.suite, algo=self.algo, method=self.method, protocol=self.protocol, seed=self.seed,
+            tasks=self.tasks[:n], steps_per_task=self.steps_per_task, finished_tasks=n, evaluated_tasks=n,
+            success_matrix=[row[:n] for row in self.success_matrix[:n]],
+            eval_curves={t: cut(c) for t, c in self.eval_curves.items() if t in kept},
+            task_segments=[list(s) for s in self.task_segments[:n]],
+            global_step=end if end is not None else self.global_step, reference_aucs=self.reference_aucs,
+            rules=dict(self.rules), in_task=None, provenance=[p for p in self.provenance if p.get("task", 0) < n],
+        )  # fmt: skip
+
     @property
     def complete(self) -> bool:
         """Every task trained (checkpoint on disk) and its success-matrix row evaluated."""

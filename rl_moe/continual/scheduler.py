@@ -51,6 +51,12 @@ from rl_moe.rundir import RunDir
 from rl_moe.tblog import dump_keys, logged_at, tensorboard_logger
 
 
+#: Own-task success logged with the task index as its x axis (docs/metrics.md), not the global step.
+SUCCESS_AFTER_TASK = "cl/success_after_task"
+#: Every tag logged against the task index.
+TASK_INDEX_TAGS = (SUCCESS_AFTER_TASK,)
+
+
 @dataclass
 class TaskRun:
     """One task trained in this session, handed from :meth:`ContinualScheduler.run` through
@@ -523,8 +529,8 @@ class ContinualScheduler:
         log.record("time/task_seconds", train_s)
         log.record("time/matrix_eval_seconds", eval_s)
         dump_keys(log, ("cl/own_success", "cl/avg_success_seen", "time/task_seconds", "time/matrix_eval_seconds"), end)
-        log.record("cl/success_after_task", own.success)
-        dump_keys(log, ("cl/success_after_task",), i)  # x axis = task index (docs/metrics.md)
+        log.record(SUCCESS_AFTER_TASK, own.success)
+        dump_keys(log, TASK_INDEX_TAGS, i)
 
     def _finish(self) -> None:
         res, log = self.results, self.logger
