@@ -65,6 +65,35 @@ def test_results_schema_incomplete_and_complete(tmp_path: Path) -> None:
     assert json.loads(path.read_text()) == {"x": 1} and [p.name for p in tmp_path.iterdir()] == ["results.json"]
 
 
+def test_head_of_a_run_that_repeats_a_task() -> None:
+    """The first n tasks of a longer run: a task that comes back later (CW20) keeps only the points
+    of its kept segments, not its next start evaluation, logged at the step where the view ends."""
+    res = Results("cw20", "ppo", "topk", "crl", 0, ["a", "b", "a"], 100, finished_tasks=3, evaluated_tasks=3)
+    res.success_matrix = [[0.5, None, None], [0.25, 1.0, None], [0.75, 0.5, 1.0]]
+    res.task_segments, res.global_step = [[0, 100], [100, 200], [200, 300]], 300
+    res.eval_curves = {
+        "a": {"steps": [0, 50, 100, 200, 300], "success": [0.0, 0.25, 0.5, 0.25, 1.0]},
+        "b": {"steps": [100, 200], "success": [0.0, 1.0]},
+    }
+    res.provenance = [{"task": i, "from_step": 100 * i} for i in range(3)]
+    head = res.head(2).to_dict()
+    assert head["tasks"] == ["a", "b"] and head["complete"] and head["global_step"] == 200
+    assert head["eval_curves"]["a"] == {"steps": [0, 50, 100], "success": [0.0, 0.25, 0.5]}
+    assert head["eval_curves"]["b"] == res.eval_curves["b"]
+    assert head["success_matrix"] == [[0.5, None], [0.25, 1.0]] and head["final_success"] == [0.25, 1.0]
+    assert head["cl_metrics"]["forgetting"] == pytest.approx(0.125) and len(head["provenance"]) == 2
+    assert res.head(3).to_dict() == res.to_dict()
+    for bad, message in ((0, "1 <= n <= 3"), (4, "1 <= n <= 3")):
+        with pytest.raises(ValueError, match=message):
+            res.head(bad)
+    res.task_segments = []
+    with pytest.raises(ValueError, match="task segments"):
+        res.head(2)
+    res.task_segments, res.success_matrix[1][0] = [[0, 100], [100, 200], [200, 300]], None
+    with pytest.raises(ValueError, match="full_matrix"):
+        res.head(2)
+
+
 def test_task_linear_schedule_is_task_local() -> None:
     # Task 2 of 1000 steps starting at global step 1000; SB3 progress is over [0, 2000].
     sched = TaskLinearSchedule(3e-4, 1e-4, 1.0, task_start=1000, task_steps=1000)

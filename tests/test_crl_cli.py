@@ -467,7 +467,7 @@ def test_unusable_paths_exit_2_before_training(tmp_path: Path, capsys: pytest.Ca
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before and afile.read_text() == "keep me"
 
 
-def test_larger_tasks_extends_a_finished_run_like_one_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_larger_tasks_extends_a_finished_run_like_one_run(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     # A 2-task CRL run resumed with --tasks 3 trains only the third task, and ends where a 3-task
     # run ends: the same weights, the same own-task successes.
     common = ["--suite", "smoke", "--method", "topk", "--steps-per-task", "128", *TINY]
@@ -501,6 +501,15 @@ def test_larger_tasks_extends_a_finished_run_like_one_run(tmp_path: Path, capsys
     with pytest.raises(ValueError, match="--tasks 4"):
         collect_runs.collect(grown, tmp_path / "none", tasks=4)
     assert not (tmp_path / "none").exists()
+    # a copy that fails half way leaves the previous one as it was
+    before = (cut / "results.json").read_text()
+    def broken(*args: object) -> int:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(collect_runs, "cut_events", broken)
+    with pytest.raises(OSError, match="disk full"):
+        collect_runs.collect(grown, tmp_path / "cut", tasks=2)
+    assert (cut / "results.json").read_text() == before and _events(cut) == _events(two)
 
 
 def _events(run: Path) -> list[tuple[str, int, float]]:

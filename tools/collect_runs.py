@@ -12,7 +12,8 @@ Runs still in progress are copied as they stand (their results.json counts the f
 ``--tasks N`` copies a run as it stood after its first N tasks: a slice run that went on over
 CW10 (``--tasks 10``) in its own folder is still one of the slice's runs. Its results.json and
 config.json are cut to those tasks (:meth:`~rl_moe.continual.results.Results.head`) and its
-TensorBoard events to the steps up to the end of task N.
+TensorBoard events to the steps up to the end of task N; ``sweep.log`` stays whole, as the record of
+every command that wrote the folder.
 """
 
 from __future__ import annotations
@@ -67,11 +68,15 @@ def cut_events(src: Path, dst: Path, last_step: int, tasks: int) -> int:
 def head_of(run: Path, tasks: int) -> Results:
     """The run's results as they stood after its first ``tasks`` tasks.
 
-    :raises ValueError: if the run has fewer evaluated tasks
+    :raises ValueError: if the run cannot be cut there (:meth:`Results.head`), or its files disagree
     """
     try:
-        return Results.from_dict(json.loads((run / "results.json").read_text())).head(tasks)
-    except (OSError, ValueError) as e:
+        res = Results.from_dict(json.loads((run / "results.json").read_text())).head(tasks)
+        res.to_dict()  # its metrics too
+        if json.loads((run / "config.json").read_text())["tasks"][:tasks] != res.tasks:
+            raise ValueError("config.json and results.json name other tasks")
+        return res
+    except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{run}: --tasks {tasks}: {e}") from None
 
 
@@ -97,6 +102,7 @@ def write_head(run: Path, out: Path, res: Results) -> None:
 def collect(src: Path, dst: Path, tasks: int | None = None) -> list[Path]:
     """Copy every run folder under ``src`` (a folder holding config.json) to the same place under
     ``dst``; with ``tasks``, each as it stood after its first ``tasks`` tasks (:func:`write_head`).
+    Each copy is written beside its place and then swapped in, so a failure leaves the previous copy.
 
     :raises ValueError: before anything is written, if a run has fewer than ``tasks`` evaluated tasks
     """
@@ -104,7 +110,8 @@ def collect(src: Path, dst: Path, tasks: int | None = None) -> list[Path]:
     heads = {run: head_of(run, tasks) for run in runs} if tasks is not None else {}
     copied = []
     for run in runs:
-        out = dst / run.relative_to(src)
+        final = dst / run.relative_to(src)
+        out = final.with_name(final.name + ".partial")
         if out.exists():
             shutil.rmtree(out)
         out.mkdir(parents=True)
@@ -117,7 +124,10 @@ def collect(src: Path, dst: Path, tasks: int | None = None) -> list[Path]:
             shutil.copytree(run / "tb", out / "tb")
         if run in heads:
             write_head(run, out, heads[run])
-        copied.append(out)
+        if final.exists():
+            shutil.rmtree(final)
+        out.rename(final)
+        copied.append(final)
     return copied
 
 

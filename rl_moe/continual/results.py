@@ -66,25 +66,31 @@ class Results:
         continued with a larger ``--tasks`` (:meth:`extend`) had written before it went on, so a
         slice run continued over CW10 still reports as a slice run.
 
-        :raises ValueError: if fewer than ``n`` tasks are evaluated, or ``n`` < 1
+        :raises ValueError: if fewer than ``n`` tasks are evaluated, ``n`` < 1, the run predates
+            ``task_segments`` (nothing tells where task ``n`` ended), or row ``n - 1`` of the
+            success matrix was not evaluated on every earlier task (``eval.full_matrix=false``)
         """
         if not 1 <= n <= (self.evaluated_tasks or 0):
             raise ValueError(f"head needs 1 <= n <= {self.evaluated_tasks} (the evaluated tasks), got {n}")
-        end = self.task_segments[n - 1][1] if len(self.task_segments) >= n else None
-        kept = set(self.tasks[:n])
+        if len(self.task_segments) < n:
+            raise ValueError(f"the run records {len(self.task_segments)} task segments, so where task {n} ended is unknown")
+        if any(v is None for v in self.success_matrix[n - 1][:n]):
+            raise ValueError(f"row {n - 1} of the success matrix misses earlier tasks (eval.full_matrix=false)")
+        segments = [list(seg) for seg in self.task_segments[:n]]
 
-        def cut(curve: dict[str, list[float]]) -> dict[str, list[float]]:
-            # a task that comes back later (CW20) has points past the view's end
-            keep = [end is None or step <= end for step in curve["steps"]]
+        def cut(task: str, curve: dict[str, list[float]]) -> dict[str, list[float]]:
+            # A task's points lie in its own segments. One that comes back later (CW20) has its
+            # next start evaluation at the step where the view ends: outside its kept segments.
+            own = [seg for name, seg in zip(self.tasks, segments) if name == task]
+            keep = [any(a <= step <= b for a, b in own) for step in curve["steps"]]
             return {k: [v for v, ok in zip(values, keep) if ok] for k, values in curve.items()}
 
         return Results(
             suite=self.suite, algo=self.algo, method=self.method, protocol=self.protocol, seed=self.seed,
             tasks=self.tasks[:n], steps_per_task=self.steps_per_task, finished_tasks=n, evaluated_tasks=n,
             success_matrix=[row[:n] for row in self.success_matrix[:n]],
-            eval_curves={t: cut(c) for t, c in self.eval_curves.items() if t in kept},
-            task_segments=[list(s) for s in self.task_segments[:n]],
-            global_step=end if end is not None else self.global_step, reference_aucs=self.reference_aucs,
+            eval_curves={t: cut(t, c) for t, c in self.eval_curves.items() if t in self.tasks[:n]},
+            task_segments=segments, global_step=segments[-1][1], reference_aucs=self.reference_aucs,
             rules=dict(self.rules), in_task=None, provenance=[p for p in self.provenance if p.get("task", 0) < n],
         )  # fmt: skip
 
