@@ -84,3 +84,6 @@ def test_the_report_reads_collapse_from_old_and_new_logs_per_task_segment() -> N
     run = Run(Path("r"), RunKey("s", "ppo", "sphere", "crl"), 0, ("a", "b"), 200, True, (1.0, 0.0), (1.0, 0.0), ((1.0, 0.0), (1.0, 0.0)), segments=((0, 200), (200, 400)))
     assert run_row(run, new) == ["1.00 / 100% / 25% / 5.50", "0.00 / 50% / 75% / 3.25"]
     assert run_row(run, {}) == ["1.00 / — / — / —", "0.00 / — / — / —"]
+    # a run inside its second task: that task's probes so far are not its segment's last
+    unfinished = Run(Path("r"), RunKey("s", "ppo", "sphere", "crl"), 0, ("a", "b"), 200, False, (1.0, float("nan")), (float("nan"),) * 2, ((1.0, float("nan")), (float("nan"),) * 2), segments=((0, 200),))
+    assert run_row(unfinished, new) == ["1.00 / 100% / 25% / 5.50", "— / — / — / —"]

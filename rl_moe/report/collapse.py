@@ -60,11 +60,15 @@ def _pct(x: float) -> str:
 
 def run_row(run: Run, curves: dict[str, Curve]) -> list[str]:
     """One cell per task: own-task success / collapsed share / action-box share / held-out r_e(K)
-    at the segment's last probe."""
+    at the segment's last probe; dashes for a task the run has not finished."""
     flags = collapse_flags(curves)
     box, rank = curves.get("policy/mean_outside_box"), curves.get("plasticity/entk_rank")
     cells = []
     for i in range(len(run.tasks)):
+        if run.segments and i >= len(run.segments):
+            # a task still training (or not begun): its probes so far are no segment's last
+            cells.append("— / — / — / —")
+            continue
         start, end = run.segment_start(i), run.segment_start(i) + run.segment_length(i)
         own = run.own[i] if i < len(run.own) else math.nan
         success = "—" if math.isnan(own) else f"{own:.2f}"
