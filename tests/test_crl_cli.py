@@ -510,6 +510,7 @@ def test_larger_tasks_extends_a_finished_run_like_one_run(tmp_path: Path, capsys
     with pytest.raises(OSError, match="disk full"):
         collect_runs.collect(grown, tmp_path / "cut", tasks=2)
     assert (cut / "results.json").read_text() == before and _events(cut) == _events(two)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cut", "grown", "two", "whole"]  # no half copy beside it
 
 
 def _events(run: Path) -> list[tuple[str, int, float]]:

@@ -114,21 +114,30 @@ def collect(src: Path, dst: Path, tasks: int | None = None) -> list[Path]:
         out = final.with_name(final.name + ".partial")
         if out.exists():
             shutil.rmtree(out)
-        out.mkdir(parents=True)
-        for name in KEEP:
-            if (run / name).is_file():
-                shutil.copy2(run / name, out / name)
-        for scores in RunDir(run).positions_files().values():
-            shutil.copy2(scores, out / scores.name)
-        if (run / "tb").is_dir():
-            shutil.copytree(run / "tb", out / "tb")
-        if run in heads:
-            write_head(run, out, heads[run])
+        try:
+            copy_run(run, out, heads.get(run))
+        except BaseException:
+            shutil.rmtree(out, ignore_errors=True)  # a report would read a half copy as one more run
+            raise
         if final.exists():
             shutil.rmtree(final)
         out.rename(final)
         copied.append(final)
     return copied
+
+
+def copy_run(run: Path, out: Path, head: Results | None) -> None:
+    """Copy the compact part of ``run`` into the new folder ``out``, cut to ``head`` if given."""
+    out.mkdir(parents=True)
+    for name in KEEP:
+        if (run / name).is_file():
+            shutil.copy2(run / name, out / name)
+    for scores in RunDir(run).positions_files().values():
+        shutil.copy2(scores, out / scores.name)
+    if (run / "tb").is_dir():
+        shutil.copytree(run / "tb", out / "tb")
+    if head is not None:
+        write_head(run, out, head)
 
 
 def main() -> None:
