@@ -81,22 +81,22 @@ def head_of(run: Path, tasks: int) -> Results:
 
 
 def write_head(run: Path, out: Path, res: Results) -> None:
-    """Rewrite the copy ``out`` of ``run`` as the run stood at ``res`` (:func:`head_of`)."""
+    """Write into ``out`` the parts of ``run`` that :func:`head_of` cuts to ``res``: results.json,
+    config.json, the positions files over exactly its tasks and the TensorBoard events."""
     n = len(res.tasks)
     write_json_atomic(out / "results.json", res.to_dict())
     config = json.loads((run / "config.json").read_text())
     write_json_atomic(out / "config.json", {**config, "tasks": config["tasks"][:n]})
-    for scores in out.glob("positions-*.json"):
+    for scores in RunDir(run).positions_files().values():
         # scored later, over more tasks: its last checkpoint is not the view's
-        if json.loads(scores.read_text()).get("tasks") != res.tasks:
-            scores.unlink()
+        if json.loads(scores.read_text()).get("tasks") == res.tasks:
+            shutil.copy2(scores, out / scores.name)
+        else:
             print(f"{out}: left out {scores.name}, which does not cover exactly the first {n} tasks")
-    if (out / "tb").is_dir():
-        shutil.rmtree(out / "tb")
-        for events in sorted((run / "tb").rglob("events.out.tfevents.*")):
-            target = out / "tb" / events.relative_to(run / "tb")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            cut_events(events, target, res.global_step, n)
+    for events in sorted((run / "tb").rglob("events.out.tfevents.*")):
+        target = out / "tb" / events.relative_to(run / "tb")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        cut_events(events, target, res.global_step, n)
 
 
 def collect(src: Path, dst: Path, tasks: int | None = None) -> list[Path]:
@@ -129,15 +129,16 @@ def collect(src: Path, dst: Path, tasks: int | None = None) -> list[Path]:
 def copy_run(run: Path, out: Path, head: Results | None) -> None:
     """Copy the compact part of ``run`` into the new folder ``out``, cut to ``head`` if given."""
     out.mkdir(parents=True)
-    for name in KEEP:
-        if (run / name).is_file():
-            shutil.copy2(run / name, out / name)
-    for scores in RunDir(run).positions_files().values():
-        shutil.copy2(scores, out / scores.name)
-    if (run / "tb").is_dir():
-        shutil.copytree(run / "tb", out / "tb")
     if head is not None:
         write_head(run, out, head)
+    for name in KEEP:
+        if (run / name).is_file() and not (out / name).exists():
+            shutil.copy2(run / name, out / name)
+    if head is None:
+        for scores in RunDir(run).positions_files().values():
+            shutil.copy2(scores, out / scores.name)
+        if (run / "tb").is_dir():
+            shutil.copytree(run / "tb", out / "tb")
 
 
 def main() -> None:
