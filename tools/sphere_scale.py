@@ -1,8 +1,8 @@
 """SPHERE's scale on MetaWorld (docs/regularizers.md, "SPHERE's scale on MetaWorld").
 
-    python results/sphere_scale/measure.py --out results/sphere_scale/rho0.1.jsonl
-    python results/sphere_scale/measure.py --set reg.sphere.rho=0 --out results/sphere_scale/rho0.jsonl
-    python results/sphere_scale/measure.py --set reg.sphere.scale_invariant=true --out results/sphere_scale/invariant.jsonl
+    python -m tools.sphere_scale --out results/sphere_scale/rho0.1.jsonl
+    python -m tools.sphere_scale --set reg.sphere.rho=0 --out results/sphere_scale/rho0.jsonl
+    python -m tools.sphere_scale --set reg.sphere.scale_invariant=true --out results/sphere_scale/invariant.jsonl
 
 Trains the paper's CW10 PPO config (Top-K E=10 K=2 + SPHERE) on one task for a few rollouts and
 writes, for one minibatch in ``--every``, the penalty in float32 and recomputed in float64 from
