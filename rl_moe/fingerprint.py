@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection
+import platform
+import re
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -67,3 +69,92 @@ def _flat(value: object) -> object:
     if isinstance(value, (list, tuple)):
         return [_flat(v) for v in value]
     return repr(value)
+
+
+# ---- what decides the CPU kernels ------------------------------------------------------------------
+#: CPU flags that name instruction sets a kernel may be dispatched on (oneDNN, MKL, numpy's SIMD
+#: paths, MuJoCo); mitigation, virtualisation and bookkeeping flags are left out.
+_ISA_FLAG = re.compile(r"(sse\w*|ssse3|avx\w*|amx\w*|fma\w*|f16c|bmi\d|adx|popcnt|abm|lzcnt|movbe|gfni|v?aes|v?pclmulqdq|sha_ni)")
+
+#: The description's fields in the order a difference is reported, each with its name in words.
+MACHINE_FIELDS: dict[str, str] = {
+    "cpu": "CPU model",
+    "cpu_flags": "CPU instruction-set flags",
+    "cpu_capability": "torch's CPU capability",
+    "torch": "torch",
+    "mkl": "MKL",
+    "onednn": "oneDNN",
+    "numpy": "numpy",
+    "mujoco": "MuJoCo",
+}
+
+
+def kernel_machine(cpuinfo: str | None = None, torch_config: str | None = None) -> dict[str, str]:
+    """What decides which CPU kernels a run uses, so that bit-identical results are expected only
+    where all of it agrees: the CPU model and its instruction-set flags, torch's version and CPU
+    capability, the MKL and oneDNN it was built with, numpy's and MuJoCo's versions. Two CPUs with
+    one ``cpu_capability`` ("AVX512") can still differ (one with AMX and AVX512-FP16 took other
+    kernels and gave other weights).
+
+    :param cpuinfo: the text of ``/proc/cpuinfo`` (read here when None; absent off Linux)
+    :param torch_config: ``torch.__config__.show()`` (asked here when None)
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    first: dict[str, str] = {}
+    for line in cpuinfo.splitlines():  # the first processor's block
+        if not line.strip():
+            if first:
+                break
+            continue
+        key, _, value = line.partition(":")
+        first.setdefault(key.strip(), value.strip())
+    if "model name" in first:
+        cpu = f"{first['model name']} ({first.get('vendor_id', '?')} family {first.get('cpu family', '?')} model {first.get('model', '?')})"
+    else:
+        cpu = platform.processor() or platform.machine() or "unknown"
+    flags = sorted(f for f in first.get("flags", "").split() if _ISA_FLAG.fullmatch(f))
+    shown = torch_config if torch_config is not None else torch.__config__.show()
+    mkl = re.search(r"Math Kernel Library Version ([\w.]+)\S*\s+Build (\d+)", shown)
+    onednn = re.search(r"MKL-DNN v(\S+)", shown)
+    try:
+        from importlib.metadata import version
+
+        mujoco = version("mujoco")
+    except Exception:  # not installed: no MetaWorld run can happen
+        mujoco = "none"
+    return {
+        "cpu": cpu,
+        "cpu_flags": " ".join(flags) if flags else "unknown",
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "torch": torch.__version__,
+        "mkl": f"{mkl.group(1)} build {mkl.group(2)}" if mkl else "none",
+        "onednn": onednn.group(1) if onednn else "none",
+        "numpy": np.__version__,
+        "mujoco": mujoco,
+    }
+
+
+def machine_differences(recorded: Mapping[str, str], here: Mapping[str, str]) -> list[str]:
+    """How ``here`` differs from the machine a recording was made on, one phrase per field (empty:
+    the same kernels). A field the recording lacks counts as a difference: it was not written
+    down, so nothing says the kernels agree."""
+    out, unknown = [], []
+    for key, name in MACHINE_FIELDS.items():
+        want, got = recorded.get(key), here.get(key)
+        if want == got:
+            continue
+        if want is None:
+            unknown.append(name)
+        elif key == "cpu_flags":
+            missing, extra = sorted(set(want.split()) - set(got.split())), sorted(set(got.split()) - set(want.split()))
+            parts = ([f"lacks {' '.join(missing)}"] if missing else []) + ([f"adds {' '.join(extra)}"] if extra else [])
+            out.append(f"{name}: this machine {', '.join(parts)}")
+        else:
+            out.append(f"{name} {want} there, {got} here")
+    if unknown:
+        out.append(f"the recording does not say its {', '.join(unknown)}")
+    return out
