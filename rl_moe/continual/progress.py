@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -80,6 +81,9 @@ class ProgressLine(BaseCallback):
         evaluation (the time from this line's creation to the training start, which that
         evaluation fills)
     :param clock: seconds, monotonic (a fake clock in tests)
+    :param columns: the terminal's width, asked at every redraw (None: not a terminal, the line is
+        drawn whole); by default the width of ``stream`` where it is a terminal. The line is fitted
+        to it (:func:`fit_line`): a line that wraps scrolls instead of redrawing in place
     """
 
     def __init__(
@@ -94,10 +98,13 @@ class ProgressLine(BaseCallback):
         pace: Pace | None = None,
         tail_per_start_eval: float = 0.0,
         clock: Callable[[], float] = time.perf_counter,
+        columns: Callable[[], int | None] | None = None,
     ) -> None:
         super().__init__()
         self.label, self.task_start, self.task_steps = label, task_start, task_steps
         self.stream = stream if stream is not None else sys.stderr
+        self._columns = columns if columns is not None else (lambda: terminal_columns(self.stream))
+        self._drawn = 0  # characters of the line drawn last
         self.interval, self.later_steps, self.later_tasks = interval, later_steps, later_tasks
         self.pace = pace if pace is not None else Pace()
         self.phases = Phases()  # this task's
@@ -208,15 +215,43 @@ class ProgressLine(BaseCallback):
         done = min(self.num_timesteps - self.task_start, self.task_steps)
         rate = self.steps_per_second
         eta, whole = self.estimate()
-        width = 24
-        filled = int(width * done / self.task_steps)
-        bar = "#" * filled + "-" * (width - filled)
-        rate_s = "      ?" if rate is None else f"{rate:7.0f}"
-        phase = f"  {self._update}" if self._update else ""
         bound = "" if whole or math.isnan(eta) else ">="
+        text = fit_line(self.label, done, self.task_steps, rate, f"{bound}{hms(eta)}", self._update, self._columns())
         # Pad so a shorter line fully covers the previous one (carriage return, no clear).
-        self.stream.write(f"\r{self.label} [{bar}] {done:>9,}/{self.task_steps:,}  {rate_s} steps/s  run ETA {bound}{hms(eta)}{phase:<14}")
+        self.stream.write(f"\r{text:<{self._drawn}}")
         self.stream.flush()
+        self._drawn = len(text)
+
+
+def fit_line(label: str, done: int, total: int, rate: float | None, eta: str, phase: str, columns: int | None) -> str:
+    """The progress line, as wide as ``columns`` allows (less one column: a line that fills the
+    last one wraps in some terminals). The ETA is the last thing to go: first the bar narrows, then
+    it goes, then the label loses its task name (``[task 2/10 push-wall-v3]`` -> ``[task 2/10]``)."""
+
+    def bar(width: int) -> str:
+        filled = int(width * done / total) if total > 0 else width
+        return f" [{'#' * filled}{'-' * (width - filled)}]"
+
+    rate_s = "?" if rate is None else f"{rate:.0f}"
+    wide = f"{label}{bar(24)} {done:>9,}/{total:,}  {rate_s:>7} steps/s  run ETA {eta}" + (f"  {phase}" if phase else "")
+    if columns is None:
+        return wide
+    short = label[: label.rfind(" ")] + "]" if label.startswith("[") and label.endswith("]") and " " in label else label
+    count = f"{done:,}/{total:,}"
+    lines = [wide]
+    for head in (f"{label}{bar(12)}", label, short):
+        lines += [f"{head} {count} {rate_s}/s ETA {eta} {phase}", f"{head} {count} {rate_s}/s ETA {eta}"]
+    lines += [f"{short} {count} ETA {eta}", f"{short} ETA {eta}", f"ETA {eta}"]
+    fits = next((line.rstrip() for line in lines if len(line.rstrip()) < columns), lines[-1])
+    return fits[: max(columns - 1, 0)]
+
+
+def terminal_columns(stream: TextIO) -> int | None:
+    """The width of the terminal ``stream`` writes to, or None where it is not one (a log file)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns if stream.isatty() else None
+    except (AttributeError, OSError, ValueError):  # no file descriptor (StringIO), or closed
+        return None
 
 
 def _rollout_size(model: object) -> int:
