@@ -49,9 +49,9 @@ if __name__ == "__main__":  # Ctrl-C while the heavy imports below load exits as
 import torch  # noqa: E402
 
 from rl_moe.cli import EXIT_INTERRUPTED, EXIT_USAGE, UsageParser  # noqa: E402
-from rl_moe.continual.config import OVERRIDE_PRESETS, RunConfig  # noqa: E402
+from rl_moe.continual.config import RunConfig, preset_overrides  # noqa: E402
 from rl_moe.continual.learners import LEARNERS, get_learner  # noqa: E402
-from rl_moe.continual.methods import METHODS  # noqa: E402
+from rl_moe.continual.methods import METHODS, get_method  # noqa: E402
 from rl_moe.continual.resolve import DEVICES, RunRequest, check_reference, resolve, rules_tag, suite_rules  # noqa: E402
 from rl_moe.continual.resume import check_flags_match, check_resumable, extend_tasks, load_run, with_overrides  # noqa: E402
 from rl_moe.continual.run_view import RunView  # noqa: E402
@@ -59,7 +59,6 @@ from rl_moe.continual.scheduler import ContinualScheduler  # noqa: E402
 from rl_moe.envs.suites import SUITE_ALIASES, builtin_suites, current_suite_name, load_suite  # noqa: E402
 from rl_moe.envs.threads import ThreadPlan, parse_threads, split_threads, thread_plan  # noqa: E402
 from rl_moe.errors import DivergedError, UsageError  # noqa: E402
-from rl_moe.errors import check_choice  # noqa: E402
 from rl_moe.report.loading import describe_rules  # noqa: E402
 from rl_moe.rundir import RunDir, check_writable_folder  # noqa: E402
 from rl_moe.runlock import RunLock, RunLocked  # noqa: E402
@@ -91,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", default=None, help="explicit run folder; an existing run there is resumed")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run after its last finished task")
     p.add_argument("--reference", default=None, metavar="RUN_DIR", help="RL-protocol run for forward transfer")
-    p.add_argument("--preset", default=None, help="override bundle applied before --set: tiny (small nets/rollouts, seconds-fast)")
+    p.add_argument("--preset", default=None, help="override bundle applied before --set: tiny (small nets/rollouts, seconds-fast), authors (the SPHERE authors' network and lambda arithmetic)")
     p.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override a config field: net.hidden=32,32  ppo.n_steps=64  eval.n_episodes=2  reg.sphere.rho=0.01 "
@@ -157,7 +156,7 @@ def prepare(args: argparse.Namespace) -> tuple[RunConfig, Path]:
         check_flags_match(args, cfg)
         check_resumable(run_dir, cfg)
         if args.preset is not None:  # applied like --set, before it, as for a new run
-            bundle = OVERRIDE_PRESETS[check_choice(args.preset, tuple(OVERRIDE_PRESETS), "preset")]
+            bundle = preset_overrides(args.preset, get_method(cfg.method).regularizers)
             cfg = with_overrides(cfg, list(bundle), source=f"--preset {args.preset}")
         if args.overrides:
             cfg = with_overrides(cfg, args.overrides)

@@ -64,7 +64,7 @@ def _backward_scaled(reference: Tensor, rest: Tensor, scaled: list[Penalty], par
             ref_norm = grads_norm(grads[i] for i in sel)
         else:
             ref_norm = grads_norm(torch.autograd.grad(s.reference, [params[i] for i in sel], retain_graph=True, allow_unused=True))
-        coef = clamp_coef(adaptive_coef(s.rho, ref_norm, grads_norm(pen[i] for i in sel), s.eps), s.ceiling)  # () tensor
+        coef = clamp_coef(adaptive_coef(s.rho, ref_norm, grads_norm(pen[i] for i in sel), s.eps, s.norm_eps), s.ceiling)  # () tensor
         if s.pcgrad and s.reference is reference:
             pairs = [(pen[i], grads[i]) for i in sel if pen[i] is not None and grads[i] is not None]
             dot = coef * sum(((a * b).sum() for a, b in pairs), start=coef.new_zeros(()))

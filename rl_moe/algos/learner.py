@@ -18,6 +18,7 @@ from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.policies import ActorCriticPolicy
 from torch import device
 
+from rl_moe.algos.kl_lr import KLAdaptiveLR
 from rl_moe.regularizers.hooks import Regularizer
 
 
@@ -45,7 +46,8 @@ class PPOLearner(Protocol):
     max_grad_norm: float
     grad_clip: str  # a key of rl_moe.algos.clipping.GRAD_CLIPS
     on_epoch: Callable[[int, int], None] | None  # told (epoch, n_epochs) as each epoch begins
-    target_kl: float | None
+    target_kl: float | None  # SB3's: stop an update early
+    kl_lr: KLAdaptiveLR | None  # SBX's: a learning rate that follows each minibatch's KL
     normalize_advantage: bool
     use_sde: bool
     clip_range: Callable[[float], float]

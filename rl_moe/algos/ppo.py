@@ -21,6 +21,7 @@ from torch import Tensor
 
 from rl_moe.algos.clipping import GRAD_CLIPS
 from rl_moe.algos.common import RegularizedMixin
+from rl_moe.algos.kl_lr import KLAdaptiveLR
 from rl_moe.algos.update import FAST_MODES, PPOUpdate, no_distribution_checks, update_unsupported_reason
 from rl_moe.regularizers.hooks import Regularizer
 from rl_moe.algos.rollout import DeviceRolloutBuffer, GraphedActing, acting_unsupported_reason
@@ -42,6 +43,8 @@ class MoEPPO(RegularizedMixin, PPO):
     :param grad_clip: ``joint`` (SB3's: one norm over the whole policy) or ``separate`` (the actor's
         and the critic's gradients each clipped to ``max_grad_norm``, as the SPHERE authors' code);
         see :mod:`rl_moe.algos.clipping`
+    :param kl_lr: a learning rate that follows each minibatch's KL (SBX's ``target_kl``,
+        :mod:`rl_moe.algos.kl_lr`) in place of ``learning_rate``'s schedule; None: the schedule
     :param kwargs: any :class:`stable_baselines3.PPO` argument
     """
 
@@ -53,6 +56,7 @@ class MoEPPO(RegularizedMixin, PPO):
         fast_update: str = "auto",
         cuda_graphs: bool = True,
         grad_clip: str = "joint",
+        kl_lr: KLAdaptiveLR | None = None,
         **kwargs: Any,
     ) -> None:
         if fast_update not in FAST_MODES:
@@ -60,6 +64,7 @@ class MoEPPO(RegularizedMixin, PPO):
         if grad_clip not in GRAD_CLIPS:
             raise ValueError(f"unknown grad_clip {grad_clip!r}; valid choices: {', '.join(GRAD_CLIPS)}")
         self.grad_clip = grad_clip
+        self.kl_lr = kl_lr
         #: Called with (epoch, n_epochs) as each epoch of an update begins (a progress display).
         self.on_epoch: Callable[[int, int], None] | None = None
         self.fast_update, self.cuda_graphs = fast_update, cuda_graphs

@@ -80,6 +80,8 @@ def update_unsupported_reason(algo: PPOLearner) -> str | None:
         return f"rollout buffer {type(algo.rollout_buffer).__name__} (only RolloutBuffer, DeviceRolloutBuffer)"
     if algo.use_sde:
         return "gSDE exploration"
+    if getattr(algo, "kl_lr", None) is not None:
+        return "the KL-adaptive learning rate reads every minibatch's KL"
     unsafe = [reg.name for reg in algo.regularizers if not reg.graph_safe]
     if unsafe:
         return f"regularizers {', '.join(unsafe)} need host reads"
@@ -181,8 +183,9 @@ class PPOUpdate:
         """One PPO update over the rollout buffer (``MoEPPO.train``)."""
         algo = self.algo
         algo.policy.set_training_mode(True)
-        lr = algo.lr_schedule(algo._current_progress_remaining)
-        self._set_learning_rate(lr)
+        if algo.kl_lr is None:
+            lr = algo.lr_schedule(algo._current_progress_remaining)
+            self._set_learning_rate(lr)
         clip_range = float(algo.clip_range(algo._current_progress_remaining))  # type: ignore[operator]
         clip_range_vf = None if algo.clip_range_vf is None else float(algo.clip_range_vf(algo._current_progress_remaining))  # type: ignore[operator]
         self.clip_range.fill_(clip_range)
@@ -211,6 +214,9 @@ class PPOUpdate:
                     if algo.verbose >= 1:
                         print(f"Early stopping after epoch {epoch}: approx KL {kl:.2f}")
                     break
+        if algo.kl_lr is not None:  # the rate the next update starts from
+            lr = self.learning_rate()
+            algo.logger.record("train/learning_rate", lr)
         self._log(lr, clip_range, clip_range_vf, n_minibatches, last_epoch_batches)
         algo.logger.record("train/weight_change", weight_change(before, algo.policy.parameters()))
 
@@ -255,7 +261,10 @@ class PPOUpdate:
         norms = clip_gradients(policy, algo.grad_clip, algo.max_grad_norm, self.split)  # (2,) actor, critic before clipping
         policy.optimizer.step()
         with torch.no_grad():
-            self.kl.add_(losses.approx_kl())
+            kl = losses.approx_kl()
+            self.kl.add_(kl)
+            if algo.kl_lr is not None:  # a host read per minibatch (the update takes SB3's minibatches)
+                self._set_learning_rate(algo.kl_lr.next_lr(self.learning_rate(), float(kl)), record=False)
             terms = (losses.policy, losses.value, losses.entropy, losses.clip_fraction(clip_range))
             self.stats.add_(torch.cat([torch.stack(terms).detach(), norms.detach().to(self.stats.dtype)]))
             self.total.copy_(total)
@@ -282,8 +291,13 @@ class PPOUpdate:
             if "step" in state and isinstance(state["step"], Tensor):
                 state["step"] = state["step"].to(self.device, torch.float32)
 
-    def _set_learning_rate(self, lr: float) -> None:
-        self.algo.logger.record("train/learning_rate", lr)
+    def learning_rate(self) -> float:
+        """The optimizer's current rate (its first group's; every group shares it)."""
+        return float(self.algo.policy.optimizer.param_groups[0]["lr"])
+
+    def _set_learning_rate(self, lr: float, record: bool = True) -> None:
+        if record:
+            self.algo.logger.record("train/learning_rate", lr)
         for group in self.algo.policy.optimizer.param_groups:
             if isinstance(group["lr"], Tensor):
                 group["lr"].fill_(lr)

@@ -21,7 +21,7 @@ from rl_moe.continual.methods import METHODS
 from rl_moe.diagnostics.probe import ProbeConfig
 from rl_moe.envs.suite_spec import current_task_fields
 from rl_moe.envs.suites import Suite, suite_from_dict
-from rl_moe.errors import UsageError
+from rl_moe.errors import UsageError, check_choice
 from rl_moe.nn import NetConfig
 from rl_moe.regularizers import REGISTRY
 from rl_moe.regularizers.options import build_config
@@ -212,6 +212,13 @@ class RunConfig:
 
 #: ``--preset NAME``: named bundles of ``--set`` overrides, applied before the user's own.
 #: ``tiny`` shrinks networks, rollouts and evaluation so a run takes seconds (tests, demos).
+#: ``authors`` builds the networks and SPHERE's lambda as the SPHERE authors' code does
+#: (sphere-rl/sphere, ``src/algorithms/moe/policies.py`` and ``moe_ppo.py``): Flax's LeCun-normal
+#: init on every dense layer, heads and gate logits included, with zero biases; a gate of three
+#: hidden layers of 256, as their ``GatingActor(net_arch=(256, 256, 256))``; their gradient norms,
+#: sqrt(sum g^2 + 1e-8) divided with + 1e-8, over the actor's log-std as well. Their log-std init
+#: (0) and ReLU are already ours. The KL-adaptive rate (``ppo.target_kl``) is not in it: only
+#: their HumanoidBench script sets it (docs/reproduce.md, "Differences from the authors' code").
 OVERRIDE_PRESETS: dict[str, tuple[str, ...]] = {
     "tiny": (
         "net.hidden=32,32", "net.n_experts=4", "net.gate_hidden=16",
@@ -220,7 +227,23 @@ OVERRIDE_PRESETS: dict[str, tuple[str, ...]] = {
         "eval.evals_per_task=2", "eval.n_episodes=2", "eval.matrix_episodes=2", "eval.n_envs=2",
         "probe.n_states=32",
     ),
+    "authors": (
+        "net.init=lecun", "net.gate_hidden=256,256,256",
+        "reg.sphere.norm_eps=1e-8", "reg.sphere.log_std_in_theta=true",
+    ),
 }
+
+
+def preset_overrides(name: str, used: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``--set`` overrides of preset ``name`` for a method whose regularizers are ``used``:
+    a preset's ``reg.<name>.*`` entries apply only where the method has that regularizer, so one
+    preset serves every method (``authors`` sets SPHERE's lambda arithmetic and Top-K's network).
+
+    :raises UsageError: for an unknown preset, naming the valid ones
+    """
+    bundle = OVERRIDE_PRESETS[check_choice(name, tuple(OVERRIDE_PRESETS), "preset")]
+    return tuple(o for o in bundle if not o.startswith("reg.") or o.split(".")[1] in used)
+
 
 #: ``--set`` sections -> dataclass types (``reg`` is handled separately).
 SECTIONS: dict[str, type] = {

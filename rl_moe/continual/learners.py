@@ -19,6 +19,7 @@ from stable_baselines3.common.noise import NormalActionNoise, VectorizedActionNo
 
 from rl_moe.algos import ALGOS
 from rl_moe.algos.clipping import GRAD_CLIPS
+from rl_moe.algos.kl_lr import KLAdaptiveLR
 from rl_moe.algos.update import FAST_MODES
 from rl_moe.errors import UsageError, check_choice, check_positive, check_within
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
@@ -54,6 +55,11 @@ class PPOConfig:
         loops everywhere); same maths either way
     :param grad_clip: ``joint`` (SB3's one norm over actor and critic) or ``separate`` (each side to
         ``max_grad_norm`` on its own, as the SPHERE authors' code; :mod:`rl_moe.algos.clipping`)
+    :param target_kl: None (default): the linear schedule above. A value: SBX's KL-adaptive
+        learning rate in its place (:mod:`rl_moe.algos.kl_lr`), as the SPHERE authors'
+        HumanoidBench script sets it (0.03): from ``lr_start`` at every task's start, divided or
+        multiplied by 1.5 after each minibatch whose KL leaves [target/2, 2 target], within
+        [1e-5, 1e-2]. It never stops an update early (SB3's ``target_kl`` does)
     """
 
     n_envs: int = 8
@@ -73,6 +79,7 @@ class PPOConfig:
     normalize_reward: bool = False
     fast_update: str = "auto"
     grad_clip: str = "joint"
+    target_kl: float | None = None
 
 
 @dataclass(frozen=True)
@@ -187,17 +194,23 @@ def _build_ppo(p: PPOConfig, env: Any, regs: list, common: dict) -> Any:
         learning_rate=TaskLinearSchedule(p.lr_start, p.lr_end, p.lr_decay_fraction),
         n_steps=p.n_steps, batch_size=p.batch_size, n_epochs=p.n_epochs, gamma=p.gamma,
         gae_lambda=p.gae_lambda, clip_range=p.clip_range, max_grad_norm=p.max_grad_norm,
-        ent_coef=p.ent_coef, vf_coef=p.vf_coef, fast_update=p.fast_update, grad_clip=p.grad_clip, **common,
+        ent_coef=p.ent_coef, vf_coef=p.vf_coef, fast_update=p.fast_update, grad_clip=p.grad_clip,
+        kl_lr=None if p.target_kl is None else KLAdaptiveLR(p.target_kl), **common,
     )  # fmt: skip
 
 
 def _start_ppo(model: Any, p: PPOConfig, global_step: int, steps_per_task: int) -> None:
     model.lr_schedule = TaskLinearSchedule(p.lr_start, p.lr_end, p.lr_decay_fraction, global_step, steps_per_task)
+    if p.target_kl is not None:  # the adaptive rate starts each task where SBX starts it: lr_schedule(1)
+        for group in model.policy.optimizer.param_groups:
+            group["lr"] = p.lr_start
 
 
 def _check_ppo(p: PPOConfig) -> None:
     check_positive("ppo", p, ("n_envs", "n_steps", "batch_size", "n_epochs", "lr_start", "lr_decay_fraction", "clip_range", "max_grad_norm"), ("lr_end", "ent_coef", "vf_coef"))
     check_within("ppo", p, ("gamma", "lr_decay_fraction"), 0.0, 1.0, True)
+    if p.target_kl is not None and not p.target_kl > 0:
+        raise UsageError(f"ppo.target_kl must be > 0 or none, got {p.target_kl}")
     check_within("ppo", p, ("gae_lambda",), 0.0, 1.0, False)
     check_choice(p.grad_clip, tuple(GRAD_CLIPS), "ppo.grad_clip")
     # SB3 normalises advantages per minibatch, which needs two samples (it asserts otherwise).

@@ -14,7 +14,7 @@ import torch
 
 from rl_moe.continual.agents import net_configs_for
 from rl_moe.continual.config import (
-    EVAL_POSITIONS, OVERRIDE_PRESETS, EvalSettings, NetSettings, RunConfig, apply_overrides, protocol_rules, regularizer_configs, with_settings,
+    EVAL_POSITIONS, EvalSettings, NetSettings, RunConfig, apply_overrides, preset_overrides, protocol_rules, regularizer_configs, with_settings,
 )  # fmt: skip
 from rl_moe.continual.intask import CheckpointSettings
 from rl_moe.continual.learners import LEARNERS, AlgoSpec, check_fast_update, get_learner
@@ -225,7 +225,7 @@ def _sections(req: RunRequest, suite: Suite, spec: AlgoSpec, method: Method) -> 
     regs = {name: checked[name] for name in method.regularizers}
     bundle: tuple[str, ...] = ()
     if req.preset is not None:
-        bundle = OVERRIDE_PRESETS[check_choice(req.preset, tuple(OVERRIDE_PRESETS), "preset")]
+        bundle = preset_overrides(req.preset, method.regularizers)
     overrides = [*bundle, *flags, *req.overrides]
     sections, regs = apply_overrides(sections, regs, overrides, used=method.regularizers)
     check_sections(sections)

@@ -29,7 +29,8 @@ PHASE_ROLES: dict[str, tuple[str, ...]] = {"ppo": ("actor", "critic"), "td3_acto
 
 
 class GradScale(NamedTuple):
-    """Asks the learner for coef = rho * ||grad_params reference|| / (||grad_params loss|| + eps).
+    """Asks the learner for coef = rho * ||grad_params reference|| / (||grad_params loss|| + eps),
+    each norm taken as sqrt(sum g^2 + norm_eps) (:func:`adaptive_coef`).
 
     The learner computes it while backpropagating, reusing the reference loss's gradients
     (SPHERE App. A.3), which saves one backward pass over computing both norms up front.
@@ -46,6 +47,9 @@ class GradScale(NamedTuple):
     #: Where the scaled penalty's gradient points against the reference's, remove its component
     #: along the reference's gradient (PCGrad, Yu et al. 2020; the SPHERE authors' sphere_use_pcgrad).
     pcgrad: bool = False
+    #: Added to each squared gradient norm under its square root (0: the plain norm; the SPHERE
+    #: authors' code adds 1e-8, which floors both norms at 1e-4).
+    norm_eps: float = 0.0
 
 
 class Penalty(NamedTuple):
@@ -195,14 +199,23 @@ def grad_norm(loss: Tensor, params: Iterable[nn.Parameter]) -> Tensor:
     return grads_norm(torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True))
 
 
-def adaptive_coef(rho: float, ref_norm: Tensor, pen_norm: Tensor, eps: float) -> Tensor:
+def adaptive_coef(rho: float, ref_norm: Tensor, pen_norm: Tensor, eps: float, norm_eps: float = 0.0) -> Tensor:
     """The adaptive coefficient rho * ||grad L_ref|| / (||grad L_pen|| + eps) as a detached ()
     tensor (SPHERE App. A.3): the one formula, which the learner applies
     (:func:`~rl_moe.algos.backward.regularized_backward`) and :func:`scaled_coef` reports.
 
-    A penalty with no gradient (SPHERE at isotropic features) gets 0, not rho * ||grad L_ref|| / eps
-    (~1e6 in the logs); the update is the same either way.
+    With ``norm_eps`` > 0 each norm is sqrt(||g||^2 + norm_eps), as the SPHERE authors' code takes
+    it (``tree_l2_norm``, sphere-rl/sphere ``moe_ppo.py``; ``norm_eps = eps = 1e-8`` there): the
+    penalty's norm never falls below sqrt(norm_eps), which caps lambda at
+    rho * ||grad L_ref|| / (sqrt(norm_eps) + eps), and a penalty with no gradient still gets that
+    capped coefficient (times a zero gradient: no effect on the update).
+
+    With ``norm_eps`` = 0 a penalty with no gradient (SPHERE at isotropic features) gets 0, not
+    rho * ||grad L_ref|| / eps (~1e6 in the logs); the update is the same either way.
     """
+    if norm_eps > 0:
+        ref_norm = torch.sqrt(ref_norm.square() + norm_eps)
+        pen_norm = torch.sqrt(pen_norm.square() + norm_eps)
     return torch.where(pen_norm > 0, rho * ref_norm / (pen_norm + eps), torch.zeros_like(pen_norm)).detach()
 
 
@@ -221,7 +234,7 @@ def scaled_coef(term: Penalty) -> float:
         return term.coef
     s = term.scale
     params = [p for p in s.params if p.requires_grad]
-    coef = clamp_coef(adaptive_coef(s.rho, grad_norm(s.reference, params), grad_norm(term.loss, params), s.eps), s.ceiling)
+    coef = clamp_coef(adaptive_coef(s.rho, grad_norm(s.reference, params), grad_norm(term.loss, params), s.eps, s.norm_eps), s.ceiling)
     assert isinstance(coef, Tensor)
     if s.on_resolve is not None:
         s.on_resolve(coef)

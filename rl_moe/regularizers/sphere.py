@@ -26,9 +26,9 @@ from functools import partial
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from rl_moe.regularizers.hooks import GradScale, LossContext, Penalty, Regularizer, clamp_coef
+from rl_moe.regularizers.hooks import GradScale, LossContext, Penalty, Regularizer, RoleStep, clamp_coef
 from rl_moe.maths import effective_rank
 from rl_moe.nn import MoEOutput
 from rl_moe.regularizers.gram import FeatureBlock, GramStats, gram_stats, per_expert_stats
@@ -65,7 +65,16 @@ class SphereConfig:
         only minimiser is Phi = 0, since L >= tr(A)^2 (1/N - 1/m); the normalised one is minimised by
         N equal eigenvalues at any scale (docs/regularizers.md, "SPHERE's scale on MetaWorld")
     :param space: Gram space: ``auto`` (feature space iff m <= N), ``sample`` or ``feature``
-    :param eps: epsilon of the adaptive ratio
+    :param eps: epsilon of the adaptive ratio, added to the penalty's gradient norm
+    :param norm_eps: added to each squared gradient norm under its square root in ``adaptive``
+        mode (0: the plain norm). The SPHERE authors' code (sphere-rl/sphere, ``moe_ppo.py``,
+        ``tree_l2_norm``) adds 1e-8 there and eps = 1e-8 again in the division, which floors the
+        penalty's norm at 1e-4 and so caps lambda (:func:`~rl_moe.regularizers.hooks.adaptive_coef`);
+        ``--preset authors`` sets it to 1e-8
+    :param log_std_in_theta: in ``adaptive`` mode, take the actor's gradient norms over its
+        log-std as well as its experts and gate, as the authors' code does (their theta is the
+        whole actor parameter tree); ``--preset authors`` sets it. The penalty does not depend on
+        the log-std, so this raises only the reference norm, and with it lambda
     :param rank_every: log r_e(A_last) every this many calls (0 = never; an N x N eigvalsh)
     :param ratio_every: ``adaptive`` mode recomputes the gradient-norm ratio every this many
         minibatches and reuses the last one in between (1 = every minibatch, the paper's rule; a
@@ -95,6 +104,8 @@ class SphereConfig:
     scale_invariant: bool = False
     space: str = "auto"
     eps: float = 1e-8
+    norm_eps: float = 0.0
+    log_std_in_theta: bool = False
     rank_every: int = 50
     ratio_every: int = 1
     gating_ratio: float = 0.0
@@ -108,6 +119,8 @@ class SphereConfig:
             raise ValueError(f"max_coef must be > 0 or null, got {self.max_coef}")
         if self.pcgrad and self.coef_mode != "adaptive":
             raise ValueError(f"pcgrad projects gradients, which coef_mode 'adaptive' computes; got coef_mode={self.coef_mode!r}")
+        if self.norm_eps < 0:
+            raise ValueError(f"norm_eps must be >= 0, got {self.norm_eps}")
         if self.warn_updates < 1:
             raise ValueError(f"warn_updates must be >= 1, got {self.warn_updates}")
         check_choice(self.coef_mode, COEF_MODES, "coef_mode")
@@ -248,7 +261,10 @@ class Sphere(Regularizer):
             if cfg.rho != 0 and cfg.coef_mode == "adaptive" and self._refresh(role):
                 # The learner resolves the ratio while backpropagating (one backward fewer than
                 # computing both norms here) and hands it back for the minibatches in between.
-                scale = GradScale(cfg.rho, ref, step.params, cfg.eps, on_resolve=partial(self._store_ratio, role), ceiling=cfg.max_coef, pcgrad=cfg.pcgrad)
+                scale = GradScale(
+                    cfg.rho, ref, self._theta(ctx, step), cfg.eps, on_resolve=partial(self._store_ratio, role),
+                    ceiling=cfg.max_coef, pcgrad=cfg.pcgrad, norm_eps=cfg.norm_eps,
+                )  # fmt: skip
                 terms.append(Penalty(self._term_name(role), loss, 0.0, scale))
                 continue
             coef = 0.0 if cfg.rho == 0 else self._coefficient(role, ref, loss)
@@ -270,10 +286,18 @@ class Sphere(Regularizer):
             loss = sum((gate_loss(out.probs) for _, out in pairs), start=ref.new_zeros(()))
             name = f"{self._term_name(step.role.name)}_gate"
             if cfg.coef_mode == "adaptive":
-                terms.append(Penalty(name, loss, 0.0, GradScale(cfg.gating_ratio, ref, step.params, cfg.eps)))
+                terms.append(Penalty(name, loss, 0.0, GradScale(cfg.gating_ratio, ref, self._theta(ctx, step), cfg.eps, norm_eps=cfg.norm_eps)))
             else:
                 terms.append(Penalty(name, loss, LOSS_COEF_RULES[cfg.coef_mode](cfg.gating_ratio, ref, loss, cfg.eps)))
         return terms
+
+    def _theta(self, ctx: LossContext, step: RoleStep) -> tuple[nn.Parameter, ...]:
+        """The parameters whose gradient norms set an adaptive lambda: the role's networks, plus
+        the PPO actor's log-std under ``log_std_in_theta`` (the authors' whole actor tree)."""
+        log_std = getattr(ctx.algo.policy, "log_std", None)
+        if self.config.log_std_in_theta and step.role.name == "actor" and isinstance(log_std, nn.Parameter):
+            return (*step.params, log_std)
+        return step.params
 
     def _refresh(self, role: str) -> bool:
         """Whether the gradient-norm ratio of ``role`` is due (every ``ratio_every`` calls)."""
