@@ -3,11 +3,14 @@
     python -m tools.sphere_scale --out results/sphere_scale/rho0.1.jsonl
     python -m tools.sphere_scale --set reg.sphere.rho=0 --out results/sphere_scale/rho0.jsonl
     python -m tools.sphere_scale --set reg.sphere.scale_invariant=true --out results/sphere_scale/invariant.jsonl
+    python -m tools.sphere_scale --suite cw10 --preset authors --seed 1 --task faucet-close-v3 --out probe.jsonl
 
 Trains the paper's CW10 PPO config (Top-K E=10 K=2 + SPHERE) on one task for a few rollouts and
 writes, for one minibatch in ``--every``, the penalty in float32 and recomputed in float64 from
-the same features, tr(G), the gradient norms of the penalty and of the actor loss over the actor
-network, the adaptive coefficient and the share of exactly-zero last-hidden features.
+the same features, tr(G), the gradient norms of the penalty and of the actor loss over the
+parameters the run's rule takes them over (the actor network, and its log-std under
+``reg.sphere.log_std_in_theta``), the coefficient the run's rule gives (``coef_mode``,
+``norm_eps`` and ``eps`` as configured) and the share of exactly-zero last-hidden features.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.envs.factories import make_vec_env, task_factories
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 from rl_moe.nn import MoEOutput
+from rl_moe.regularizers.hooks import adaptive_coef
+from rl_moe.regularizers.sphere import LOSS_COEF_RULES
 
 
 def dense_phi64(out: MoEOutput) -> torch.Tensor:
@@ -36,6 +41,9 @@ def dense_phi64(out: MoEOutput) -> torch.Tensor:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--suite", default="cw10-cw", help="the suite whose rules and PPO config the probe trains under")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--preset", default=None, help="an override bundle of rl_moe.crl (e.g. authors)")
     p.add_argument("--task", default="hammer-v3")
     p.add_argument("--rollouts", type=int, default=3)
     p.add_argument("--every", type=int, default=20, help="record one minibatch in this many")
@@ -43,13 +51,15 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     torch.set_num_threads(1)
-    cfg = resolve(RunRequest(suite="cw10-cw", method="sphere", tasks=1, device="cpu", overrides=tuple(args.overrides)))
+    cfg = resolve(RunRequest(suite=args.suite, method="sphere", seed=args.seed, tasks=1, device="cpu", preset=args.preset, overrides=tuple(args.overrides)))
     suite = suite_of(cfg)
     task = next(t for t in suite.tasks if t.name == args.task)
     model = build_model(cfg, make_vec_env(task_factories(suite, task, cfg.ppo.n_envs, 0), "dummy"), "cpu")
     begin_task(model, cfg, 0, 0)
     sphere = model.regularizers[0]
     actor = [prm for name, prm in model.policy.named_parameters() if ".actor_net." in name]
+    if sphere.config.log_std_in_theta:
+        actor.append(model.policy.log_std)
     network_loss = sphere.network_loss
     rows: list[dict[str, float]] = []
     calls = 0
@@ -58,19 +68,25 @@ def main() -> None:
         nonlocal calls
         loss = network_loss(out, ref)
         calls += 1
-        if calls % args.every == 1 and ref is not None:
+        if (calls - 1) % args.every == 0 and ref is not None:
             def norm(t: torch.Tensor) -> float:
                 grads = torch.autograd.grad(t, actor, retain_graph=True, allow_unused=True)
                 return float(torch.sqrt(sum((g**2).sum() for g in grads if g is not None)))
 
             g_pen, g_act = norm(loss), norm(ref)
+            c = sphere.config
+            if c.rho == 0:
+                coef = 0.0
+            elif c.coef_mode == "adaptive":  # the learner's formula
+                coef = float(adaptive_coef(c.rho, torch.tensor(g_act), torch.tensor(g_pen), c.eps, c.norm_eps))
+            else:
+                coef = float(LOSS_COEF_RULES[c.coef_mode](c.rho, ref, loss.detach(), c.eps))
             phi = dense_phi64(out)
             gram = phi @ phi.T / phi.shape[0]
-            rho, eps = sphere.config.rho, sphere.config.eps
             rows.append({
                 "minibatch": calls, "step": model.num_timesteps, "loss_fp32": float(loss.detach()),
                 "loss_fp64": float(gram.pow(2).sum() - gram.trace() ** 2 / phi.shape[1]), "trace_G": float(gram.trace()),
-                "grad_norm_sphere": g_pen, "grad_norm_actor": g_act, "coef": rho * g_act / (g_pen + eps),
+                "grad_norm_sphere": g_pen, "grad_norm_actor": g_act, "coef": coef,
                 "feature_mean_abs": float(out.groups[-1].expert.hidden[-1].detach().abs().mean()),
                 "feature_zero_share": float((out.groups[-1].expert.hidden[-1] == 0).float().mean()),
             })  # fmt: skip
