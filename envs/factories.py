@@ -98,10 +98,12 @@ def announce_fallbacks(suite: Suite, tasks: list[TaskSpec]) -> None:
         if why is not None:
             _FELL_BACK.add(_fallback_note(task.name, why))
             reasons.setdefault(why, []).append(task.name)
-    if reasons:
+    if len(reasons) == 1 and len(next(iter(reasons.values()))) == len(tasks):  # one reason for the whole run
+        sys.stderr.write(f"note: EnvPool is not used for this run: {next(iter(reasons))}; every task runs on the official envs\n")
+    elif reasons:
         n = sum(len(v) for v in reasons.values())
         parts = "; ".join(f"{', '.join(names)}: {why}" for why, names in reasons.items())
-        sys.stderr.write(f"note: {n} of {len(tasks)} tasks run on the official in-process envs, not EnvPool ({parts})\n")
+        sys.stderr.write(f"note: {n} of {len(tasks)} tasks run on the official envs, not EnvPool ({parts})\n")
 
 
 def may_pool(vec_type: str) -> bool:

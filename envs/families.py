@@ -185,16 +185,17 @@ def metaworld_expert(task: str) -> Expert:
 
 
 def _metaworld_pool_refusal(task: TaskSpec) -> str | None:
-    """Why EnvPool does not serve ``task`` faithfully (the official envs run it), or None."""
-    if task.name in ENVPOOL_MISMATCHED:
-        return ENVPOOL_MISMATCHED[task.name]
-    if task.name not in ENVPOOL_VERIFIED:
-        return "it has not been checked against the official env (rl_moe.envs.backend_check)"
+    """Why EnvPool does not serve ``task`` faithfully (the official envs run it), or None. The
+    suite's rules come first: where they rule EnvPool out, every task of the suite shares the reason."""
+    if metaworld_positions(task) != METAWORLD_POSITIONS[0]:
+        return f"the suite keeps each task's object and goal positions {metaworld_positions(task)}, and EnvPool's MetaWorld draws new ones at every reset"
     version = metaworld_reward_version(task)
     if version != METAWORLD_REWARD_VERSIONS[0]:
         return f"EnvPool computes MetaWorld's default reward only, not reward_version {version!r}"
-    if metaworld_positions(task) != METAWORLD_POSITIONS[0]:
-        return f"EnvPool's MetaWorld draws a new position at every reset; it cannot keep positions {metaworld_positions(task)!r}"
+    if task.name in ENVPOOL_MISMATCHED:
+        return f"EnvPool's version of the task behaves differently ({ENVPOOL_MISMATCHED[task.name]})"
+    if task.name not in ENVPOOL_VERIFIED:
+        return "it has not been checked against the official env (rl_moe.envs.backend_check)"
     return None
 
 

@@ -53,14 +53,14 @@ from rl_moe.continual.config import RunConfig, preset_overrides  # noqa: E402
 from rl_moe.continual.learners import LEARNERS, get_learner  # noqa: E402
 from rl_moe.continual.methods import METHODS, get_method  # noqa: E402
 from rl_moe.continual.resolve import DEVICES, RunRequest, check_reference, resolve, rules_tag, suite_rules  # noqa: E402
-from rl_moe.continual.resume import check_flags_match, check_resumable, extend_tasks, load_run, with_overrides  # noqa: E402
+from rl_moe.continual.resume import check_flags_match, check_resumable, extend_tasks, load_run, saved_progress, with_overrides  # noqa: E402
 from rl_moe.continual.run_view import RunView  # noqa: E402
 from rl_moe.continual.scheduler import ContinualScheduler  # noqa: E402
 from rl_moe.envs.suites import SUITE_ALIASES, builtin_suites, current_suite_name, load_suite  # noqa: E402
 from rl_moe.envs.threads import ThreadPlan, parse_threads, split_threads, thread_plan  # noqa: E402
 from rl_moe.errors import DivergedError, UsageError  # noqa: E402
 from rl_moe.report.loading import describe_rules  # noqa: E402
-from rl_moe.rundir import RunDir, check_writable_folder  # noqa: E402
+from rl_moe.rundir import RunDir, check_new_run_folder, check_writable_folder  # noqa: E402
 from rl_moe.runlock import RunLock, RunLocked  # noqa: E402
 
 EXIT_DIVERGED = 3
@@ -230,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         named = next((flag, value) for flag, value in (("--resume", args.resume), ("--run-dir", args.run_dir), ("--out", args.out)) if value is not None)
         check_writable_folder(named[1], named[0])
+        if args.resume is None and args.run_dir is not None:
+            check_new_run_folder(args.run_dir)
     except ValueError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE
@@ -287,7 +289,8 @@ def _train(args: argparse.Namespace, cfg: RunConfig, run_dir: Path, finished: in
     try:
         results = ContinualScheduler(cfg, run_dir, progress=not args.no_progress, on_model_ready=ready, threads=threads).run()
     except KeyboardInterrupt:
-        sys.stderr.write(f"\ninterrupted; finished tasks and the unfinished one's last rollout boundary are saved. Resume with: {resume_cmd}\n")
+        saved = saved_progress(run_dir, len(cfg.tasks), get_learner(cfg.algo).in_task_checkpoints)
+        sys.stderr.write(f"\ninterrupted; {saved}. Resume with: {resume_cmd}\n")
         return EXIT_INTERRUPTED
     except DivergedError as exc:
         sys.stderr.write(f"\nerror: {exc}; finished tasks are kept: change the setting and resume with {resume_cmd} --set KEY=VALUE\n")

@@ -116,6 +116,35 @@ class RunDir:
         """``task_<idx:02d>_<task>.vecnormalize.pkl`` beside a checkpoint."""
         return checkpoint.with_suffix(".vecnormalize.pkl")
 
+    def foreign_entries(self) -> list[str]:
+        """The folder's entries that no run writes (the layout above; a stale temp file of an
+        interrupted write counts as the run's), sorted; empty for a run folder, an empty folder
+        or none."""
+        if not self.path.is_dir():
+            return []
+        own = {self.CONFIG, self.RESULTS, self.TB, self.CHECKPOINTS, self.SWEEP_LOG, self.LOCK, PROBE_FILE}
+        stale = {p.name for p in self.stale_temp_files() if p.parent == self.path}
+        return sorted(
+            p.name for p in self.path.iterdir()
+            if p.name not in own | stale and not (p.name.startswith(("reroute-", "positions-")) and p.name.endswith(".json"))
+        )  # fmt: skip
+
+
+def check_new_run_folder(path: str | Path, flag: str = "--run-dir") -> None:
+    """``path`` may hold a new run: it is new, empty, or a run folder (whose files a run owns).
+    A folder of the user's own files is refused, so that a run does not start beside them.
+
+    :raises ValueError: one line naming the folder, a few of its files, and the valid choices
+    """
+    run = RunDir(path)
+    foreign = [] if run.config.is_file() else run.foreign_entries()  # a run's folder may hold the user's notes
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise ValueError(
+            f"{flag} {str(path)!r} is not empty and not a run folder (it holds {shown}); "
+            "give a new or empty folder, or a run folder to resume"
+        )
+
 
 def check_writable_folder(path: str | Path, flag: str) -> None:
     """``path`` can hold a run folder: it is a folder or can be made one, and is writable.

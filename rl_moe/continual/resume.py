@@ -181,3 +181,30 @@ def with_overrides(cfg: RunConfig, overrides: list[str], source: str = "--set") 
     # A config.json without one of the method's regularizers (none this version writes) gets its defaults.
     regs = {**regularizer_configs([name for name in regs_used if name not in regs], {}), **regs}
     return dataclasses.replace(cfg, regularizers={name: regs[name] for name in regs_used}, **sections)
+
+
+def saved_progress(run_dir: Path, n_tasks: int, resumes_inside: bool) -> str:
+    """What an interrupted run left on disk for a resume, in words: its finished tasks, and how far
+    the unfinished one's in-task checkpoint got (read from results.json and ``in_task.pkl`` after
+    the interruption's clean-up wrote what it could).
+
+    :param resumes_inside: the learner writes in-task checkpoints (PPO; a TD3 run restarts its
+        unfinished task)
+    """
+    files = RunDir(run_dir)
+    try:
+        data = json.loads(files.results.read_text())
+        finished, evaluated, in_task = int(data.get("finished_tasks", 0)), data.get("evaluated_tasks"), data.get("in_task")
+    except (OSError, ValueError, TypeError, AttributeError):
+        finished, evaluated, in_task = 0, None, None
+    if finished >= n_tasks:
+        return f"all {n_tasks} tasks are trained and saved; a resume evaluates what is left"
+    task = f"task {finished + 1}/{n_tasks}"
+    done = "" if finished == 0 else ("task 1 is saved" if finished == 1 else f"tasks 1-{finished} are saved")
+    if evaluated is not None and int(evaluated) < finished:
+        done += f" (task {finished}'s evaluation runs again on resume)"
+    if isinstance(in_task, dict) and files.in_task.is_file():
+        step = int(in_task["step"]) - int(in_task["task_start"])
+        return f"{done + ', and ' if done else ''}{task} is saved up to its step {step:,}, where a resume continues"
+    why = f"{task} stopped before its first update had finished" if resumes_inside else f"the learner keeps no in-task checkpoint of {task}"
+    return f"{done + '; ' if done else 'nothing was saved: '}{why}, so a resume starts it from its first step"

@@ -237,6 +237,8 @@ class ContinualScheduler:
         if cfg.probe.enabled:
             # Configs resolved before probe.policy existed hold "auto": resolve it the same way.
             policy = default_probe_policy(self.suite.family) if cfg.probe.policy == "auto" else cfg.probe.policy
+            if not self.files.probe_states.is_file():  # seconds of scripted rollouts, with nothing else on screen
+                print(f"collecting {cfg.probe.n_states:,} observations of the held-out tasks for the plasticity probe (once per run)", flush=True)
             probe_states = load_or_collect(self.files.probe_states, probe_factories(self.suite, self._seed("probe", 0)), cfg.probe.n_states, cfg.seed, policy, cfg.probe.noise, cfg.probe.stride)
         if cfg.reference is not None:
             res.reference_aucs = reference_aucs(cfg.reference, list(cfg.tasks))
@@ -249,6 +251,9 @@ class ContinualScheduler:
         in_task = self._read_in_task()
         if in_task is not None:
             print(f"resuming task {res.finished_tasks + 1}/{len(self.tasks)} inside, at its step {in_task['step'] - in_task['task_start']:,}", file=sys.stderr)
+        elif any(p.get("task") == res.finished_tasks for p in res.provenance) and not self.files.in_task.exists():
+            # begun by an earlier process, which saved none of it (an unusable in-task checkpoint was named above)
+            print(f"task {res.finished_tasks + 1}/{len(self.tasks)} starts from its first step: nothing of it was saved", file=sys.stderr)
         # The range this run trains again leaves the event files at the first write.
         restart = res.global_step + 1 if in_task is None else int(in_task["step"]) + 1
         self.logger = tensorboard_logger(str(self.files.tb), None if fresh else (0 if res.finished_tasks == 0 and in_task is None else restart))
@@ -336,6 +341,10 @@ class ContinualScheduler:
         """Train ``task`` from its start or from its in-task checkpoint, then evaluate it."""
         cfg, res, i = self.cfg, self.results, task.index
         t0 = time.perf_counter()
+        # The seconds before the progress line: say what fills them.
+        model = " and the model" if self.model is None or cfg.protocol == "rl" else ""
+        scored = f", then evaluating the policy on it before training ({cfg.eval.n_episodes} episodes)" if task.resume is None else ""
+        print(f"{self._label(i)} building its envs{model}{scored}", flush=True)
         previous = self.env
         if previous is None and cfg.protocol == "crl" and i > 0 and self.algo_cfg.normalize_obs:
             previous = self.load_vecnormalize(i - 1)
