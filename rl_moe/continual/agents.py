@@ -31,6 +31,7 @@ def _side(cfg: RunConfig, role: str, is_method_net: bool, in_dim: int, out_dim: 
     return net.network(
         kind=method.kind if is_method_net else "mlp",
         layer_norm=is_method_net and (method.layer_norm or net.layer_norm),
+        activation=method.activation if is_method_net and method.activation is not None else net.activation,
         width_multiplier=width,
         spectral_norm=net.spectral_norm or role in method.spectral_norm,
     )

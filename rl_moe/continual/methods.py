@@ -24,6 +24,8 @@ class Method:
     :param name: CLI name
     :param kind: :class:`rl_moe.nn.NetConfig` kind of the MoE side(s) (``mlp`` = dense)
     :param layer_norm: LayerNorm after every hidden layer (the LN baseline)
+    :param activation: the activation of the method's network (None: ``net.activation``); a key
+        of :data:`rl_moe.nn.activations.ACTIVATION_SPECS`
     :param param_ratio: dense width chosen for ``param_ratio`` x the dense actor's parameters
         (``dense10x`` = PPO(10x)); None keeps the width
     :param spectral_norm: roles (``actor``, ``critic``) whose networks get spectral normalization
@@ -39,6 +41,7 @@ class Method:
     name: str
     kind: str = "topk"
     layer_norm: bool = False
+    activation: str | None = None
     param_ratio: float | None = None
     spectral_norm: tuple[str, ...] = ()
     bounded_mean: bool = False
@@ -82,6 +85,8 @@ METHODS: dict[str, Method] = {
         Method("specnorm", "topk", spectral_norm=("actor",), description="Top-K MoE actor with spectrally normalised hidden layers (Miyato et al., 2018)"),
         _reg("specreg", "spectral regularization (Lewandowski et al., 2024)"),
         _reg("load_balance", "load-balancing auxiliary loss"),
+        Method("crelu", "topk", activation="crelu", description="Top-K MoE with concatenated ReLUs [relu(z), relu(-z)] in experts and gate (Abbas et al., 2023)"),
+        Method("fourier", "topk", activation="fourier", description="Top-K MoE with deep Fourier features [sin(z), cos(z)] in experts and gate (Lewandowski et al., 2024)"),
         _reg("ortho", "expert orthogonality penalty"),
     )
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from rl_moe.nn.activations import ACTIVATION_SPECS
 from rl_moe.nn.init import INITS
 from rl_moe.nn.routing import ROUTERS
 
@@ -14,7 +15,10 @@ UNROUTED_KINDS: tuple[str, ...] = ("soft", "dsc", "mlp")
 #: Network kinds understood by :func:`rl_moe.nn.build_network`: every router is a kind, so a new
 #: router is one entry in ``ROUTERS``.
 NETWORK_KINDS: tuple[str, ...] = (*ROUTERS, *UNROUTED_KINDS)
-ACTIVATIONS: tuple[str, ...] = ("relu", "tanh")
+ACTIVATIONS: tuple[str, ...] = tuple(ACTIVATION_SPECS)
+#: Kinds whose layers assume features as wide as the linear layers (DSC's atom branches, SSMoE's
+#: eigenvector router on the gate embedding): no widening activation.
+_NARROW_KINDS: tuple[str, ...] = ("dsc", "ssmoe")
 
 
 @dataclass(frozen=True)
@@ -25,7 +29,9 @@ class NetConfig:
     :param n_experts: number of experts E (routed experts for ``ds``; ignored for ``mlp``).
     :param top_k: experts per state K (Top-K, DS routed top-k base, expert-choice capacity).
     :param hidden: widths of each expert's hidden layers (the paper uses 3 x 256).
-    :param activation: ``relu`` (paper default) or ``tanh``.
+    :param activation: ``relu`` (paper default), ``tanh``, ``crelu`` (Abbas et al. 2023) or
+        ``fourier`` (Lewandowski et al. 2024); the last two emit 2H features per layer of width H
+        (:mod:`rl_moe.nn.activations`), in the experts and the gate alike.
     :param layer_norm: LayerNorm after every hidden linear layer (the LN baseline).
     :param temperature: gate softmax temperature tau.
     :param gate_hidden: hidden widths of the gate MLP; its last hidden layer is the gate embedding.
@@ -82,6 +88,9 @@ class NetConfig:
             raise ValueError(f"init {self.init!r} does not cover network kind {self.kind!r}; valid kinds for it: {', '.join(kinds)}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {self.activation!r}; valid choices: {', '.join(ACTIVATIONS)}")
+        if ACTIVATION_SPECS[self.activation].width > 1 and self.kind in _NARROW_KINDS:
+            valid = ", ".join(a for a, spec in ACTIVATION_SPECS.items() if spec.width == 1)
+            raise ValueError(f"activation {self.activation!r} widens each layer, which network kind {self.kind!r} does not support; valid choices for it: {valid}")
         if self.n_experts < 1:
             raise ValueError(f"n_experts must be >= 1, got {self.n_experts}")
         if self.top_k < 1 or self.top_k > self.n_experts:

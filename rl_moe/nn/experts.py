@@ -7,16 +7,17 @@ proportional to the routed rows, not to N*E.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-ACTIVATION_FNS = {"relu": F.relu, "tanh": torch.tanh}
+from rl_moe.nn.activations import ACTIVATION_SPECS, feature_widths
+
+ACTIVATION_FNS = {name: spec.fn for name, spec in ACTIVATION_SPECS.items()}
 #: Orthogonal init gains per activation (the SB3 / CleanRL convention uses sqrt(2) for ReLU).
-ACTIVATION_GAINS = {"relu": math.sqrt(2.0), "tanh": 5.0 / 3.0}
+ACTIVATION_GAINS = {name: spec.gain for name, spec in ACTIVATION_SPECS.items()}
 
 # grouped_mm wins only once the Python loop over experts dominates (measured: slower at E=10,
 # ~2x faster at E=160 on CPU); it needs 16-byte aligned strides.
@@ -75,7 +76,7 @@ class ExpertPass(NamedTuple):
     """Per-row results of running the experts."""
 
     out: Tensor  # (R, out) head output, before routing weights
-    hidden: tuple[Tensor, ...]  # per hidden layer, (R, H_l) post-activation features
+    hidden: tuple[Tensor, ...]  # per hidden layer, (R, w H_l) post-activation features (w = 2 for crelu, fourier)
     pre: tuple[Tensor, ...]  # per hidden layer, (R, H_l) activation inputs (after LayerNorm if any)
     inputs: tuple[Tensor, ...]  # per linear layer incl. head, (R, in_l) its input a_l
     linear: tuple[Tensor, ...]  # per linear layer incl. head, (R, out_l) its output z_l = a_l W + b
@@ -89,7 +90,8 @@ class StackedExperts(nn.Module):
     :param in_dim: input width
     :param hidden: hidden widths
     :param out_dim: head width (action dim for actors, 1 for critics)
-    :param activation: ``relu`` or ``tanh``
+    :param activation: a key of :data:`~rl_moe.nn.activations.ACTIVATION_SPECS`; ``crelu`` and
+        ``fourier`` double each hidden layer's features, so the next layer takes 2 H_l inputs
     :param layer_norm: per-expert LayerNorm (with per-expert affine) after each hidden linear
     :param out_gain: orthogonal init gain of the heads (0.01 for policy means, 1 for values)
     """
@@ -109,9 +111,9 @@ class StackedExperts(nn.Module):
         self.in_dim, self.out_dim, self.hidden_dims = in_dim, out_dim, tuple(hidden)
         self.activation = activation
         self.layer_norm = layer_norm
-        dims = (in_dim, *hidden, out_dim)
-        self.weights = nn.ParameterList(nn.Parameter(torch.empty(n_experts, a, b)) for a, b in zip(dims[:-1], dims[1:]))
-        self.biases = nn.ParameterList(nn.Parameter(torch.zeros(n_experts, b)) for b in dims[1:])
+        ins, outs = (in_dim, *feature_widths(self.hidden_dims, activation)), (*hidden, out_dim)
+        self.weights = nn.ParameterList(nn.Parameter(torch.empty(n_experts, a, b)) for a, b in zip(ins, outs))
+        self.biases = nn.ParameterList(nn.Parameter(torch.zeros(n_experts, b)) for b in outs)
         if layer_norm:
             self.ln_weights = nn.ParameterList(nn.Parameter(torch.ones(n_experts, h)) for h in hidden)
             self.ln_biases = nn.ParameterList(nn.Parameter(torch.zeros(n_experts, h)) for h in hidden)

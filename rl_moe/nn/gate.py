@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from rl_moe.nn.activations import ACTIVATION_SPECS
 from rl_moe.nn.config import NetConfig
 from rl_moe.nn.experts import ACTIVATION_FNS, ACTIVATION_GAINS
 
 
 class GateMLP(nn.Module):
-    """Gate network: observation -> hidden (the gate embedding) -> E logits."""
+    """Gate network: observation -> hidden (the gate embedding) -> E logits.
+
+    A widening activation (``crelu``, ``fourier``) doubles each hidden layer's features, and with
+    them the gate embedding's width G and the next layer's inputs.
+    """
 
     def __init__(self, in_dim: int, n_experts: int, cfg: NetConfig) -> None:
         super().__init__()
@@ -19,8 +24,8 @@ class GateMLP(nn.Module):
             layers.append(nn.Linear(last, width))
             if cfg.layer_norm:
                 layers.append(nn.LayerNorm(width))
-            layers.append(_Activation(cfg.activation))
-            last = width
+            layers.append(GateActivation(cfg.activation))
+            last = width * ACTIVATION_SPECS[cfg.activation].width
         self.body = nn.Sequential(*layers)
         self.logits = nn.Linear(last, n_experts)
         for module in self.body:
@@ -35,7 +40,9 @@ class GateMLP(nn.Module):
         return emb, self.logits(emb)  # (N, E)
 
 
-class _Activation(nn.Module):
+class GateActivation(nn.Module):
+    """The gate's activation, by name (a key of :data:`~rl_moe.nn.activations.ACTIVATION_SPECS`)."""
+
     def __init__(self, name: str) -> None:
         super().__init__()
         self.name = name

@@ -23,6 +23,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from rl_moe.nn.activations import ACTIVATION_SPECS
+from rl_moe.nn.gate import GateActivation
 from rl_moe.nn.routing import Routing
 
 
@@ -64,6 +66,8 @@ def gate_directions(gate: torch.nn.Module) -> Tensor:
     for module in reversed(list(gate.body)):
         if isinstance(module, torch.nn.Linear):
             rows = rows @ module.weight  # (E, previous width)
+        elif isinstance(module, GateActivation):
+            rows = ACTIVATION_SPECS[module.name].pull_back(rows)  # (E, H): a widening one folds back
     return rows
 
 
