@@ -108,3 +108,94 @@ def test_smoke_run_of_an_activation_method_logs_the_probe_over_its_widened_featu
     tags = _run(tmp_path, "smoke", method)
     for tag in ("plasticity/dormant_ratio", "plasticity/feature_erank", "spectral/expert_stable_rank"):
         assert tag in tags and all(math.isfinite(v) for v in tags[tag])
+
+
+# --- Normalize-and-Project ---------------------------------------------------------------------
+
+
+def _nap_learner(**nap: object):
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from rl_moe.algos import MoEPPO
+    from rl_moe.policies import MoEActorCriticPolicy
+    from rl_moe.regularizers import NormalizeProject
+    from tests.conftest import NETS
+
+    env = make_vec_env("Pendulum-v1", n_envs=1, seed=0)
+    kwargs = {"moe": "topk", **NETS["small"], "layer_norm": True}
+    reg = NormalizeProject(**nap)
+    return MoEPPO(MoEActorCriticPolicy, env, regularizers=[reg], n_steps=64, batch_size=32, n_epochs=2, learning_rate=1e-2, seed=0, device="cpu", policy_kwargs=kwargs), reg
+
+
+def _matrix_norms(net: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Per matrix of the actor, by brute force: each expert's slice, each Linear weight."""
+    out = {}
+    for name, p in net.named_parameters():
+        if name.startswith("experts.weights."):
+            out[name] = torch.stack([p[e].detach().pow(2).sum().sqrt() for e in range(p.shape[0])])
+        elif name.startswith("gate.") and name.endswith(".weight") and p.dim() == 2:
+            out[name] = p.detach().pow(2).sum().sqrt()
+    return out
+
+
+def test_nap_projects_a_hand_made_matrix_back_to_its_initial_norm() -> None:
+    from rl_moe.regularizers import NormalizeProject
+
+    model, reg = _nap_learner()
+    w = model.policy.actor_net.experts.weights[0]
+    with torch.no_grad():
+        w[0].zero_()
+        w[0, 0, :2] = torch.tensor([3.0, 4.0])  # norm 5
+        w[1].zero_()
+        w[1, 1, 0] = 2.0  # norm 2
+    reg = NormalizeProject()
+    reg.on_training_start(model)
+    with torch.no_grad():
+        w.mul_(torch.tensor([2.0, 0.5] + [1.0] * (w.shape[0] - 2))[:, None, None])  # norms 10, 1
+    reg.after_update(model, "ppo")
+    assert torch.allclose(w[0, 0, :2], torch.tensor([3.0, 4.0])) and torch.allclose(w[1, 1, 0], torch.tensor(2.0))
+    logs = reg.logs()
+    n = sum(t.numel() for t in _matrix_norms(model.policy.actor_net).values()) - model.policy.actor_net.n_experts - 1  # no heads, no logits
+    assert logs["nap_norm_growth_max"] == pytest.approx(1.0) and logs["nap_norm_growth"] == pytest.approx(0.5 / n)
+
+
+@pytest.mark.parametrize("heads", [False, True])
+def test_nap_norms_after_training_equal_the_norms_at_init(heads: bool) -> None:
+    model, reg = _nap_learner(heads=heads)
+    net = model.policy.actor_net
+    assert net.cfg.layer_norm
+    before = _matrix_norms(net)
+    weights = {k: v.detach().clone() for k, v in net.named_parameters()}
+    model.learn(128)
+    after = _matrix_norms(net)
+    head = f"experts.weights.{len(net.experts.weights) - 1}"
+    for name in before:
+        assert not torch.equal(weights[name], dict(net.named_parameters())[name])  # trained
+        if name == head or name == "gate.logits.weight":
+            assert torch.allclose(after[name], before[name], rtol=1e-5) == heads, name
+        else:
+            assert torch.allclose(after[name], before[name], rtol=1e-5, atol=0), name
+
+
+def test_nap_keeps_its_initial_norms_across_a_resume(tmp_path: Path) -> None:
+    from rl_moe.continual.state_files import load_regularizer_state, save_regularizer_state
+
+    a, _ = _nap_learner()
+    a.learn(64)
+    save_regularizer_state(tmp_path / "reg.pt", a.regularizer_state())
+    b, reg = _nap_learner()
+    with torch.no_grad():
+        for p in b.policy.parameters():
+            p.mul_(3.0)  # a learner whose weights now have other norms
+    b.load_regularizer_state(load_regularizer_state(tmp_path / "reg.pt"))
+    b.learn(64)
+    saved = a.regularizer_state()["0:nap"]["init"]
+    assert b.regularizer_state()["0:nap"]["init"].keys() == saved.keys()
+    now = _matrix_norms(b.policy.actor_net)
+    for name, norms in saved.items():
+        assert torch.allclose(now[name.split("actor_net.")[-1]], norms, rtol=1e-5), name
+
+
+def test_smoke_run_of_nap_logs_its_norm_growth(tmp_path: Path) -> None:
+    tags = _run(tmp_path, "smoke", "nap")
+    assert len(tags["train/nap_norm_growth"]) >= 2 and max(tags["train/nap_norm_growth_max"]) > 0

@@ -47,10 +47,11 @@ def test_config_is_the_one_source_of_settings(name: str) -> None:
 def test_bad_settings_are_one_line_errors(name: str) -> None:
     config_class = REGISTRY[name].config_class
     hints = regularizer_fields(name)
-    numeric = next(f for f, h in hints.items() if h in (int, float))
-    with pytest.raises(UsageError, match=f"bad value 'abc' for reg.{name}.{numeric}") as err:
-        _set(name, numeric, "abc")
-    assert "\n" not in str(err.value)
+    numeric = next((f for f, h in hints.items() if h in (int, float)), None)
+    if numeric is not None:  # NaP has no numeric setting
+        with pytest.raises(UsageError, match=f"bad value 'abc' for reg.{name}.{numeric}") as err:
+            _set(name, numeric, "abc")
+        assert "\n" not in str(err.value)
     with pytest.raises(UsageError, match=f"valid fields of reg.{name}: {', '.join(hints)}"):
         _set(name, "nosuchfield", "1")
     with pytest.raises(ValueError, match=f"valid choices: {', '.join(hints)}") as err_kw:

@@ -85,6 +85,10 @@ METHODS: dict[str, Method] = {
         Method("specnorm", "topk", spectral_norm=("actor",), description="Top-K MoE actor with spectrally normalised hidden layers (Miyato et al., 2018)"),
         _reg("specreg", "spectral regularization (Lewandowski et al., 2024)"),
         _reg("load_balance", "load-balancing auxiliary loss"),
+        Method(
+            "nap", "topk", layer_norm=True, regularizers=("nap",),
+            description="Top-K MoE, Normalize-and-Project: LayerNorm before each nonlinearity, each expert's and the gate's hidden weights projected back to their initial norms after every step (Lyle et al., 2024)",
+        ),
         Method("crelu", "topk", activation="crelu", description="Top-K MoE with concatenated ReLUs [relu(z), relu(-z)] in experts and gate (Abbas et al., 2023)"),
         Method("fourier", "topk", activation="fourier", description="Top-K MoE with deep Fourier features [sin(z), cos(z)] in experts and gate (Lewandowski et al., 2024)"),
         _reg("ortho", "expert orthogonality penalty"),

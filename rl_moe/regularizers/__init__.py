@@ -27,6 +27,7 @@ from rl_moe.regularizers.cchain import CChain, CChainConfig
 from rl_moe.regularizers.dsc import DSCAux, DSCConfig
 from rl_moe.regularizers.l2init import L2Init, L2InitConfig
 from rl_moe.regularizers.load_balance import LoadBalance, LoadBalanceConfig
+from rl_moe.regularizers.nap import NaPConfig, NormalizeProject
 from rl_moe.regularizers.ortho import OrthoConfig, Orthogonality
 from rl_moe.regularizers.parseval import Parseval, ParsevalConfig
 from rl_moe.regularizers.redo import ReDo, ReDoConfig
@@ -50,6 +51,7 @@ REGISTRY: dict[str, type[Regularizer]] = {
     "dsc": DSCAux,
     "snp": ShrinkPerturb,
     "l2init": L2Init,
+    "nap": NormalizeProject,
 }
 
 
@@ -76,6 +78,8 @@ __all__ = [
     "LoadBalance",
     "LoadBalanceConfig",
     "LossContext",
+    "NaPConfig",
+    "NormalizeProject",
     "OrthoConfig",
     "Orthogonality",
     "Parseval",
