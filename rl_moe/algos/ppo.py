@@ -88,11 +88,13 @@ class MoEPPO(RegularizedMixin, PPO):
         return update_unsupported_reason(self)
 
     def _updater(self) -> PPOUpdate:
-        """The learner's update, built once per policy and minibatch source
-        (:meth:`fast_path_reason` picks the source)."""
+        """The learner's update, built once per policy, optimizer and minibatch source
+        (:meth:`fast_path_reason` picks the source; a network that grows gets a new optimizer,
+        :mod:`rl_moe.policies.structure`)."""
         current = self._update
         fast = self.fast_path_reason() is None
-        if current is None or current.algo.policy is not self.policy or current.device_batches != fast:
+        stale = current is None or current.algo.policy is not self.policy or current.optimizer is not self.policy.optimizer
+        if stale or current.device_batches != fast:
             current = PPOUpdate(self, cuda_graphs=self.cuda_graphs, static=None if fast else False, device_batches=fast)
             self._update = current
         return current

@@ -160,6 +160,7 @@ class PPOUpdate:
             raise ValueError("CUDA graphs need static-shape MoE layers; got static=False")
         self.rollout = _Rollout.allocate(algo.rollout_buffer, self.device) if device_batches else None
         self.split = split_actor_critic(algo.policy)  # the clipping rule's sides, taken once per policy
+        self.optimizer = algo.policy.optimizer  # the parameters it was taken over (a grown network gets a new one)
         self.terms = DeviceTermLog()
         self.stats = torch.zeros(len(_STATS), device=self.device)  # summed over the update
         self.kl = torch.zeros((), device=self.device)  # summed over the current epoch

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rl_moe.nn.activations import ACTIVATION_SPECS, feature_widths
+from rl_moe.nn.heads import InjectedHeads
 
 ACTIVATION_FNS = {name: spec.fn for name, spec in ACTIVATION_SPECS.items()}
 #: Orthogonal init gains per activation (the SB3 / CleanRL convention uses sqrt(2) for ReLU).
@@ -117,6 +118,8 @@ class StackedExperts(nn.Module):
         if layer_norm:
             self.ln_weights = nn.ParameterList(nn.Parameter(torch.ones(n_experts, h)) for h in hidden)
             self.ln_biases = nn.ParameterList(nn.Parameter(torch.zeros(n_experts, h)) for h in hidden)
+        self.out_gain = out_gain
+        self.injected = InjectedHeads()  # plasticity injection's heads (rl_moe.nn.inject); none by default
         gains = [ACTIVATION_GAINS[activation]] * len(hidden) + [out_gain]
         with torch.no_grad():
             for w, gain in zip(self.weights, gains):
@@ -161,6 +164,8 @@ class StackedExperts(nn.Module):
             hidden.append(h)
         inputs.append(h)
         out = segment_matmul(h, ws[-1], counts, self.biases[-1])
+        if len(self.injected):
+            out = self.injected.add(out, lambda w, b: segment_matmul(h, w, counts, b))
         linear.append(out)
         return ExpertPass(out, tuple(hidden), tuple(pre), tuple(inputs), tuple(linear), tuple(normed))
 
@@ -197,5 +202,6 @@ class StackedExperts(nn.Module):
             z = record(z, pre)
             h = record(act(z), hidden)
         inputs.append(hidden[-1])
-        record(torch.baddbmm(self.biases[-1][:, None, :], h, ws[-1]), linear)  # (E, N, D)
+        out = torch.baddbmm(self.biases[-1][:, None, :], h, ws[-1])  # (E, N, D)
+        record(self.injected.add_all(out, h) if len(self.injected) else out, linear)
         return ExpertPass(linear[-1], tuple(hidden), tuple(pre), tuple(inputs), tuple(linear), tuple(normed))

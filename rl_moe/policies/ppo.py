@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from rl_moe.nn import MoEOutput, NetConfig, build_network
 from rl_moe.policies.networks import fused_optimizer_kwargs, pop_net_configs
 from rl_moe.policies.roles import Role
+from rl_moe.policies.structure import GrowingPolicy
 
 
 def _action_out_dim(action_space: spaces.Space) -> int:
@@ -87,7 +88,7 @@ class MoEActorCritic(nn.Module):
         return self.critic_net(features).out
 
 
-class MoEActorCriticPolicy(ActorCriticPolicy):
+class MoEActorCriticPolicy(GrowingPolicy, ActorCriticPolicy):
     """PPO/A2C policy with a MoE actor and a dense or MoE critic.
 
     ``PPO(MoEActorCriticPolicy, env, policy_kwargs=dict(moe="topk", n_experts=10, top_k=2))``.

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from rl_moe.nn import MoEOutput, NetConfig, build_network, track_in_eval
 from rl_moe.policies.networks import fused_optimizer_kwargs, pop_net_configs
+from rl_moe.policies.structure import GrowingPolicy
 from rl_moe.policies.roles import Role
 
 
@@ -102,7 +103,7 @@ class MoETD3Critic(BaseModel):
         return self.q_nets[0](torch.cat([features, actions], dim=1)).out
 
 
-class MoETD3Policy(TD3Policy):
+class MoETD3Policy(GrowingPolicy, TD3Policy):
     """TD3 policy with MoE actor and/or MoE critics.
 
     ``TD3(MoETD3Policy, env, policy_kwargs=dict(moe="topk", n_experts=10, top_k=2))``.
