@@ -57,7 +57,7 @@ def _step(reg, algo, x: torch.Tensor, losses=None):
 
 
 def test_registry_and_errors() -> None:
-    assert set(REGISTRY) == {"sphere", "parseval", "cbp", "redo", "cchain", "specreg", "load_balance", "ortho", "sdmoe", "dsc", "snp", "l2init"}
+    assert set(REGISTRY) == {"sphere", "parseval", "cbp", "redo", "cchain", "specreg", "load_balance", "ortho", "sdmoe", "dsc", "snp", "l2init", "nap", "injection", "reset"}
     assert isinstance(make_regularizer("parseval", coef=2e-3), Parseval)
     with pytest.raises(ValueError, match="valid choices: sphere, parseval"):
         make_regularizer("l2")

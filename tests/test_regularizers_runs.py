@@ -16,7 +16,7 @@ from tests.conftest import NETS
 
 ARCH = NETS["three"]
 #: Small budgets so resets happen within a few hundred steps.
-KWARGS = {"cbp": dict(maturity=4, replacement_rate=0.05), "redo": dict(frequency=4), "sdmoe": dict(svd_every=2), "snp": dict(every_updates=2)}
+KWARGS = {"cbp": dict(maturity=4, replacement_rate=0.05), "redo": dict(frequency=4), "sdmoe": dict(svd_every=2), "snp": dict(every_updates=2), "reset": dict(every_updates=2)}
 #: The logged key of each regularizer (without the ``_actor``/``_critic`` suffix of ``both``).
 KEYS = {
     "sphere": "train/loss_sphere",
@@ -31,6 +31,8 @@ KEYS = {
     "dsc": "train/loss_dsc_balance",
     "snp": "train/snp_applied",
     "l2init": "train/loss_l2init",
+    "injection": "train/injection_count",
+    "reset": "train/reset_count",
 }
 #: Regularizers that belong to a network kind of their own (the rest run on Top-K).
 KINDS = {"sdmoe": "sdmoe", "dsc": "dsc"}
@@ -78,7 +80,7 @@ def test_td3_run(name: str, env_name: str) -> None:
     )
     model.learn(96)
     # Per-role terms are suffixed; resets log one counter.
-    suffix = "" if name in ("cbp", "redo", "sdmoe", "snp") else "_critic"
+    suffix = "" if name in ("cbp", "redo", "sdmoe", "snp", "injection", "reset") else "_critic"
     _check(model, name, suffix)
     if suffix:
         _check(model, name, "_actor")

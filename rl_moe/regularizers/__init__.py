@@ -25,12 +25,14 @@ from rl_moe.regularizers.hooks import (
 from rl_moe.regularizers.cbp import CBPConfig, ContinualBackprop
 from rl_moe.regularizers.cchain import CChain, CChainConfig
 from rl_moe.regularizers.dsc import DSCAux, DSCConfig
+from rl_moe.regularizers.injection import InjectionConfig, PlasticityInjection
 from rl_moe.regularizers.l2init import L2Init, L2InitConfig
 from rl_moe.regularizers.load_balance import LoadBalance, LoadBalanceConfig
 from rl_moe.regularizers.nap import NaPConfig, NormalizeProject
 from rl_moe.regularizers.ortho import OrthoConfig, Orthogonality
 from rl_moe.regularizers.parseval import Parseval, ParsevalConfig
 from rl_moe.regularizers.redo import ReDo, ReDoConfig
+from rl_moe.regularizers.reset import Reset, ResetConfig
 from rl_moe.regularizers.sdmoe import SDMoEConfig, SDRefresh
 from rl_moe.regularizers.snp import ShrinkPerturb, SNPConfig
 from rl_moe.regularizers.specreg import SpecRegConfig, SpectralReg
@@ -52,6 +54,8 @@ REGISTRY: dict[str, type[Regularizer]] = {
     "snp": ShrinkPerturb,
     "l2init": L2Init,
     "nap": NormalizeProject,
+    "injection": PlasticityInjection,
+    "reset": Reset,
 }
 
 
@@ -73,6 +77,7 @@ __all__ = [
     "ContinualBackprop",
     "DSCAux",
     "DSCConfig",
+    "InjectionConfig",
     "L2Init",
     "L2InitConfig",
     "LoadBalance",
@@ -81,6 +86,7 @@ __all__ = [
     "NaPConfig",
     "NormalizeProject",
     "OrthoConfig",
+    "PlasticityInjection",
     "Orthogonality",
     "Parseval",
     "ParsevalConfig",
@@ -89,6 +95,8 @@ __all__ = [
     "SNPConfig",
     "ShrinkPerturb",
     "ReDoConfig",
+    "Reset",
+    "ResetConfig",
     "SDMoEConfig",
     "SpecRegConfig",
     "RoleStep",
