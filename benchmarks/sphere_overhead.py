@@ -23,7 +23,11 @@ Variants:
 - ``naive feature Gram``: A = Phi^T Phi / N on the dense Phi (m = E*256 >> N), for reference;
 - ``naive per-expert loop``: sample Gram with one autograd product per expert, for reference.
 
-Run: ``python benchmarks/sphere_overhead.py [--experts 10 160] [--rounds 15] [--threads 1]``.
+- ``sphere (adaptive, authors' arithmetic)``: the adaptive rule with the SPHERE authors' norms
+  (``--preset authors``'s ``norm_eps`` and log-std in theta; learner update only);
+- ``no sphere, KL-adaptive rate``: Top-K with ``ppo.target_kl=0.03`` (a host read per minibatch).
+
+Run: ``python benchmarks/sphere_overhead.py [--experts 10 160] [--rounds 15] [--threads 1] [--learner-only]``.
 """
 
 from __future__ import annotations
@@ -145,6 +149,10 @@ LEARNER_VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "adaptive": ("sphere", ()),
     "adaptive8": ("sphere", ("reg.sphere.ratio_every=8",)),
     "loss_ratio": ("sphere", ("reg.sphere.coef_mode=loss_ratio", "reg.sphere.rho=0.05")),
+    # The authors' lambda arithmetic (--preset authors, on our network so that only it differs).
+    "authors_lambda": ("sphere", ("reg.sphere.norm_eps=1e-8", "reg.sphere.log_std_in_theta=true")),
+    # SBX's KL-adaptive rate: one host read of the KL per minibatch, no SPHERE.
+    "kl_lr": ("topk", ("ppo.target_kl=0.03",)),
 }
 
 
@@ -194,6 +202,8 @@ LABELS = {
     "adaptive": "sphere (adaptive lambda, default)",
     "adaptive8": "sphere (adaptive, ratio_every=8)",
     "loss_ratio": "sphere (loss_ratio, rho=0.05)",
+    "authors_lambda": "sphere (adaptive, authors' arithmetic)",
+    "kl_lr": "no sphere, KL-adaptive rate (target 0.03)",
     "feature": "naive feature-space Gram (m x m)",
     "loop": "naive per-expert loop, sample space",
 }
@@ -204,6 +214,7 @@ def main() -> None:
     parser.add_argument("--experts", type=int, nargs="+", default=[10, 160])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (CPU time is exact for 1)")
+    parser.add_argument("--learner-only", action="store_true", help="measure 1 only (the learner update)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"CPU, {args.threads} thread(s); ratio = thread CPU time with the variant / that of the same update")
@@ -214,6 +225,8 @@ def main() -> None:
         print(f"E={e}:")
         for v, ratio in med.items():
             print(f"  {LABELS[v]:<40s} {ratio:.3f}x")
+    if args.learner_only:
+        return
     print(f"2. bare minibatch: forward, backward, optimizer step, batch {N}, MoE actor 3x256 K=2, dense critic")
     for e in args.experts:
         variants = ["fixed", "adaptive", "adaptive8", "loss_ratio", "loop"]
