@@ -3,6 +3,7 @@ state, and 2-task runs through the CLI that log each method's metrics."""
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
@@ -199,3 +200,102 @@ def test_nap_keeps_its_initial_norms_across_a_resume(tmp_path: Path) -> None:
 def test_smoke_run_of_nap_logs_its_norm_growth(tmp_path: Path) -> None:
     tags = _run(tmp_path, "smoke", "nap")
     assert len(tags["train/nap_norm_growth"]) >= 2 and max(tags["train/nap_norm_growth_max"]) > 0
+
+
+# --- TRAC --------------------------------------------------------------------------------------
+
+
+def _erfi(x: float) -> float:
+    """erfi by its power series 2/sqrt(pi) sum_k x^(2k+1) / (k! (2k+1)), summed to convergence."""
+    return 2 / math.sqrt(math.pi) * sum(x ** (2 * k + 1) / (math.factorial(k) * (2 * k + 1)) for k in range(60))
+
+
+def _trac_steps(opt, theta: torch.Tensor, n: int) -> list[list[float]]:
+    out = []
+    for _ in range(n):
+        opt.zero_grad()
+        (1.0 * theta).sum().backward()  # f(theta) = theta: g = 1 at every point
+        opt.step()
+        out.append(theta.detach().tolist())
+    return out
+
+
+def test_trac_scale_on_a_linear_loss_matches_the_hand_computed_tuners() -> None:
+    from rl_moe.algos.trac import TRAC
+
+    theta = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+    # Adam with eps 0 on a constant gradient steps exactly lr: its iterate is 0, -0.1, -0.2, -0.3.
+    opt = TRAC([theta], lr=0.1, betas_trac=(0.9, 0.5), s_prior=2.0, trac_eps=1e-8, eps=0.0)
+    assert opt.param_groups is opt.base.param_groups  # a learning rate set on TRAC reaches Adam
+    got = _trac_steps(opt, theta, 3)
+    # step 1: h = <g, base - ref> = 0, so S = 0 and theta = ref = 0
+    # step 2: h = -0.1: v_j = 0.01, sigma_j = 0.1 for both betas; S = (2 / 2) * 2 erfi(0.1 / sqrt(0.02))
+    s2 = 2 * _erfi(0.1 / (math.sqrt(0.02) + 1e-8))
+    # step 3: h = -0.2: v_j = beta_j^2 0.01 + 0.04, sigma_j = beta_j 0.1 + 0.2
+    s3 = sum(_erfi((b * 0.1 + 0.2) / (math.sqrt(2 * (b * b * 0.01 + 0.04)) + 1e-8)) for b in (0.9, 0.5))
+    assert got[0] == [0.0]
+    assert got[1][0] == pytest.approx(s2 * -0.2, rel=1e-9)
+    assert got[2][0] == pytest.approx(s3 * -0.3, rel=1e-9)
+    assert opt.logs()["trac_scale"] == pytest.approx(s3, rel=1e-9)
+
+
+def test_trac_state_dict_resumes_the_same_trajectory() -> None:
+    from rl_moe.algos.trac import TRAC
+
+    def fresh(value: float) -> tuple[torch.nn.Parameter, TRAC]:
+        theta = torch.nn.Parameter(torch.full((3,), value, dtype=torch.float64))
+        return theta, TRAC([theta], lr=0.05, s_prior=1.0)
+
+    a, opt_a = fresh(1.0)
+    _trac_steps(opt_a, a, 4)
+    b, opt_b = fresh(7.0)  # other weights, other reference point
+    with torch.no_grad():
+        b.copy_(a)
+    opt_b.load_state_dict(copy.deepcopy(opt_a.state_dict()))  # as the in-task checkpoint does
+    assert _trac_steps(opt_b, b, 3) == _trac_steps(opt_a, a, 3)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "td3"])
+def test_the_trac_method_builds_its_learners_optimizers_around_adam(algo: str) -> None:
+    from rl_moe.algos.trac import TRAC
+    from rl_moe.continual.agents import build_model
+    from rl_moe.continual.resolve import RunRequest, resolve, suite_of
+    from rl_moe.envs.factories import make_vec_env, task_factories
+    from rl_moe.policies import policy_roles
+
+    cfg = resolve(RunRequest(suite="smoke", algo=algo, method="trac", tasks=1, steps_per_task=64, preset="tiny"))
+    suite = suite_of(cfg)
+    model = build_model(cfg, make_vec_env(task_factories(suite, suite.tasks[0], 1, 0), "dummy"), "cpu")
+    opts = {name: role.optimizer for name, role in policy_roles(model.policy).items()}
+    assert all(isinstance(o, TRAC) for o in opts.values())
+    assert opts["actor"].base.defaults["eps"] == (1e-5 if algo == "ppo" else 1e-8)  # SB3's Adam settings kept
+
+
+def test_smoke_run_of_trac_logs_its_scale(tmp_path: Path) -> None:
+    tags = _run(tmp_path, "smoke", "trac")
+    scale = tags["train/trac_scale"]
+    assert len(scale) >= 2 and 0 < scale[0] < scale[-1]
+
+
+def test_a_td3_run_of_trac_logs_each_optimizers_scale(tmp_path: Path) -> None:
+    tags = _run(tmp_path, "smoke", "trac", "--algo", "td3", "--set", "td3.learning_starts=32")
+    assert tags["train/trac_scale_actor"] and tags["train/trac_scale_critic"]
+
+
+# --- MetaWorld ---------------------------------------------------------------------------------
+
+#: Each method's own tags (the activations' are the probe's metrics over their widened features).
+OWN_TAGS = {
+    "crelu": "plasticity/dormant_ratio",
+    "fourier": "plasticity/feature_erank",
+    "nap": "train/nap_norm_growth",
+    "trac": "train/trac_scale",
+}
+
+
+@pytest.mark.slow  # MetaWorld's 500-step evaluation episodes: about 30 s a run
+@pytest.mark.parametrize("method", list(OWN_TAGS))
+def test_a_two_task_cw10_tiny_run_logs_the_methods_metrics(tmp_path: Path, method: str) -> None:
+    pytest.importorskip("metaworld")
+    tags = _run(tmp_path, "cw10", method, "--set", "eval.n_episodes=1", "--set", "eval.matrix_episodes=1", "--set", "eval.n_envs=1")
+    assert tags[OWN_TAGS[method]] and all(math.isfinite(v) for v in tags[OWN_TAGS[method]])

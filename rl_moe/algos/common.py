@@ -9,6 +9,8 @@ import torch
 from torch import Tensor
 
 from rl_moe.algos.guard import check_update
+from rl_moe.algos.trac import ReportingOptimizer
+from rl_moe.policies.roles import policy_roles
 from rl_moe.regularizers.hooks import Regularizer
 
 
@@ -126,4 +128,18 @@ def record_update_logs(algo: Any, term_means: dict[str, float]) -> None:
     for reg in algo.regularizers:
         for key, value in reg.logs().items():
             logger.record(f"train/{key}", value)
+    record_optimizer_logs(algo)
     check_update(logger.name_to_value, algo.policy.parameters())
+
+
+def record_optimizer_logs(algo: Any) -> None:
+    """Scalars of optimizers that report their own (TRAC's S): ``train/<key>`` when every role
+    shares one optimizer (PPO), ``train/<key>_<role>`` otherwise (TD3's actor and critic)."""
+    roles = policy_roles(algo.policy)
+    shared = len({id(role.optimizer) for role in roles.values()}) == 1
+    for name, role in roles.items():
+        if isinstance(role.optimizer, ReportingOptimizer):
+            for key, value in role.optimizer.logs().items():
+                algo.logger.record(f"train/{key}" if shared else f"train/{key}_{name}", value)
+            if shared:
+                return

@@ -9,6 +9,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.vec_env import VecEnv
 
 from rl_moe.algos.common import RegularizedMixin
+from rl_moe.algos.trac import OPTIMIZERS
 from rl_moe.continual.config import RunConfig
 from rl_moe.continual.learners import get_learner
 from rl_moe.continual.methods import build_regularizers, get_method
@@ -59,6 +60,10 @@ def build_model(cfg: RunConfig, env: VecEnv, device: str) -> BaseAlgorithm:
     method = get_method(cfg.method)
     if method.bounded_mean:
         policy_kwargs["bounded_mean"] = True
+    if method.optimizer is not None:
+        policy_kwargs["optimizer_class"] = OPTIMIZERS[method.optimizer]
+        # SB3 gives PPO's Adam eps 1e-5 only when optimizer_class is Adam itself: a wrapped Adam keeps it.
+        policy_kwargs["optimizer_kwargs"] = {"eps": 1e-5} if cfg.algo == "ppo" else {}
     regs = build_regularizers(method.regularizers, cfg.regularizers)
     common: dict[str, Any] = {"seed": cfg.seed, "device": device, "verbose": 0, "policy_kwargs": policy_kwargs}
     return spec.build(cfg.learner_settings, env, regs, common)

@@ -33,6 +33,8 @@ class Method:
     :param bounded_mean: PPO's Gaussian mean is tanh-bounded to the action box
         (:class:`rl_moe.policies.ppo.BoundedMean`; TD3's actor is bounded already)
     :param regularizers: names in :data:`rl_moe.regularizers.REGISTRY`
+    :param optimizer: a key of :data:`rl_moe.algos.trac.OPTIMIZERS` that replaces the learner's
+        Adam (None: Adam, as SB3 builds it)
     :param settings: regularizer name -> settings that make the method what it is, above the
         suite's (``--set`` still changes them)
     :param description: one line for ``--help`` and the docs
@@ -46,6 +48,7 @@ class Method:
     spectral_norm: tuple[str, ...] = ()
     bounded_mean: bool = False
     regularizers: tuple[str, ...] = ()
+    optimizer: str | None = None
     settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     description: str = ""
 
@@ -85,6 +88,7 @@ METHODS: dict[str, Method] = {
         Method("specnorm", "topk", spectral_norm=("actor",), description="Top-K MoE actor with spectrally normalised hidden layers (Miyato et al., 2018)"),
         _reg("specreg", "spectral regularization (Lewandowski et al., 2024)"),
         _reg("load_balance", "load-balancing auxiliary loss"),
+        Method("trac", "topk", optimizer="trac", description="Top-K MoE trained by TRAC: Adam's displacement from the initial weights scaled by a parameter-free S (Muppidi et al., 2024)"),
         Method(
             "nap", "topk", layer_norm=True, regularizers=("nap",),
             description="Top-K MoE, Normalize-and-Project: LayerNorm before each nonlinearity, each expert's and the gate's hidden weights projected back to their initial norms after every step (Lyle et al., 2024)",
