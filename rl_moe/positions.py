@@ -25,7 +25,9 @@ from typing import Any
 import torch
 from stable_baselines3.common.vec_env import DummyVecEnv
 
+from rl_moe import __version__
 from rl_moe.atomic import write_json_atomic
+from rl_moe.provenance import code_version
 from rl_moe.cli import EXIT_USAGE, UsageParser
 from rl_moe.continual.evaluation import EvalResult, evaluate
 from rl_moe.continual.run_view import RunView
@@ -92,6 +94,12 @@ def score(run_dir: Path, cfg: Any, results: dict[str, Any], heldout: int, episod
     }  # fmt: skip
 
 
+def scored_by() -> dict[str, Any]:
+    """The code that scored the positions (the run's own commit is in its config.json): the
+    checkout's commit and dirty flag, the package version and the command."""
+    return {**code_version(), "version": __version__, "tool": "python -m rl_moe.positions"}
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit code (0 ok, 2 usage error)."""
     args = build_parser().parse_args(argv)
@@ -102,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     torch.set_num_threads(args.threads)
     run_dir = Path(args.run_dir)
-    out = score(run_dir, cfg, results, args.heldout, args.episodes)
+    out = {**score(run_dir, cfg, results, args.heldout, args.episodes), "scored_by": scored_by()}
     write_json_atomic(output_path(run_dir, args.heldout), out)
     print(f"{run_dir}: own-task success, {out['train_positions']} training positions / {args.heldout} held-out positions")
     for name, tr, ho in zip(out["tasks"], out["own_success_train"], out["own_success_heldout"]):

@@ -61,6 +61,11 @@ def test_more_positions_extend_the_runs_own(run: Path) -> None:
     assert main([str(run), "--heldout", "6"]) == 0
     out = json.loads((run / "positions-6.json").read_text())
     assert out["heldout_positions"] == 6 and len(out["own_return_heldout"]) == 2
+    from rl_moe import __version__
+    from rl_moe.provenance import code_version
+
+    assert out["scored_by"] == {**code_version(), "version": __version__, "tool": "python -m rl_moe.positions"}
+    assert out["scored_by"]["commit"] is None or len(out["scored_by"]["commit"]) == 40
     assert all(0.0 <= s <= 1.0 for s in out["own_success_heldout"] + out["last_checkpoint_heldout"])
 
 
