@@ -12,6 +12,7 @@ import json
 import platform
 import re
 from collections.abc import Collection, Mapping
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -121,10 +122,8 @@ def kernel_machine(cpuinfo: str | None = None, torch_config: str | None = None) 
     mkl = re.search(r"Math Kernel Library Version ([\w.]+)\S*\s+Build (\d+)", shown)
     onednn = re.search(r"MKL-DNN v(\S+)", shown)
     try:
-        from importlib.metadata import version
-
-        mujoco = version("mujoco")
-    except Exception:  # not installed: no MetaWorld run can happen
+        mujoco = metadata.version("mujoco")
+    except metadata.PackageNotFoundError:  # not installed: no MetaWorld run can happen
         mujoco = "none"
     return {
         "cpu": cpu,
