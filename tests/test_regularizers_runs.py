@@ -33,6 +33,7 @@ KEYS = {
     "l2init": "train/loss_l2init",
     "injection": "train/injection_count",
     "reset": "train/reset_count",
+    "nap": "train/nap_norm_growth",
 }
 #: Regularizers that belong to a network kind of their own (the rest run on Top-K).
 KINDS = {"sdmoe": "sdmoe", "dsc": "dsc"}
@@ -80,7 +81,7 @@ def test_td3_run(name: str, env_name: str) -> None:
     )
     model.learn(96)
     # Per-role terms are suffixed; resets log one counter.
-    suffix = "" if name in ("cbp", "redo", "sdmoe", "snp", "injection", "reset") else "_critic"
+    suffix = "" if name in ("cbp", "redo", "sdmoe", "snp", "injection", "reset", "nap") else "_critic"
     _check(model, name, suffix)
     if suffix:
         _check(model, name, "_actor")
