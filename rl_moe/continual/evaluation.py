@@ -30,12 +30,20 @@ class EvalResult(NamedTuple):
     :param n_episodes: episodes run
     :param success_last: fraction successful at the episode's last step (``info["success_last"]``
         where the env gives it, else the same as ``success``); None when not measured
+    :param env_success: ``success`` per eval env, in the envs' order (empty when not measured)
+    :param env_success_last: ``success_last`` per eval env (the SPHERE authors read envs 0 and 1)
     """
 
     success: float
     mean_return: float
     n_episodes: int
     success_last: float | None = None
+    env_success: tuple[float, ...] = ()
+    env_success_last: tuple[float, ...] = ()
+
+    def per_env(self) -> dict[str, list[float]]:
+        """Per-env scores as ``results.json`` stores them (``own_per_env``)."""
+        return {"success": list(self.env_success), "success_last": list(self.env_success_last)}
 
 
 class EvalPoint(NamedTuple):
@@ -167,6 +175,7 @@ def evaluate(
     successes: list[float] = []
     last: list[float] = []
     returns: list[float] = []
+    env_of: list[int] = []
     try:
         obs = venv.reset()
         while (done_count < quota).any():
@@ -177,11 +186,14 @@ def evaluate(
                     successes.append(float(bool(infos[i].get("is_success", False))))
                     last.append(float(bool(infos[i].get("success_last", successes[-1]))))
                     returns.append(float(infos[i]["episode"]["r"]))
+                    env_of.append(int(i))
                     done_count[i] += 1
     finally:
         if owned:
             pool.close()
-    return EvalResult(float(np.mean(successes)), float(np.mean(returns)), len(successes), float(np.mean(last)))
+    envs = np.asarray(env_of)
+    per_env = [tuple(float(np.mean(np.asarray(v)[envs == e])) for e in range(k)) for v in (successes, last)]
+    return EvalResult(float(np.mean(successes)), float(np.mean(returns)), len(successes), float(np.mean(last)), per_env[0], per_env[1])
 
 
 #: TensorBoard tag group of :class:`PeriodicEval`. A task's start evaluation is logged at the global

@@ -41,11 +41,16 @@ class Results:
     #: One entry per stretch of training (a task, or its rest after a resume): the task index and
     #: name, the global step it started from, the env backend it stepped on and the code's commit.
     provenance: list[dict[str, Any]] = field(default_factory=list)
+    #: Task i's own-segment evaluation per eval env of the main view (``{"success": [...],
+    #: "success_last": [...]}``, one number per env in the envs' order); None where not recorded
+    #: (runs from before it was, and tasks not evaluated yet).
+    own_per_env: list[dict[str, list[float]] | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = len(self.tasks)
         if not self.success_matrix:
             self.success_matrix = [[None] * n for _ in range(n)]
+        self.own_per_env = list(self.own_per_env) + [None] * (n - len(self.own_per_env))
         if self.evaluated_tasks is None or self.evaluated_tasks > self.finished_tasks:
             # Files from before the field wrote a task's row together with the task.
             self.evaluated_tasks = self.finished_tasks
@@ -59,6 +64,7 @@ class Results:
         n = len(tasks)
         self.success_matrix = [row + [None] * (n - len(row)) for row in self.success_matrix]
         self.success_matrix += [[None] * n for _ in range(n - len(self.success_matrix))]
+        self.own_per_env += [None] * (n - len(self.own_per_env))
         self.tasks = list(tasks)
 
     def head(self, n: int) -> Results:
@@ -92,6 +98,7 @@ class Results:
             eval_curves={t: cut(t, c) for t, c in self.eval_curves.items() if t in self.tasks[:n]},
             task_segments=segments, global_step=segments[-1][1], reference_aucs=self.reference_aucs,
             rules=dict(self.rules), in_task=None, provenance=[p for p in self.provenance if p.get("task", 0) < n],
+            own_per_env=self.own_per_env[:n],
         )  # fmt: skip
 
     @property
@@ -146,6 +153,7 @@ class Results:
             # How far the unfinished task got: its last in-task checkpoint (None between tasks).
             "in_task": self.in_task,
             "provenance": self.provenance,
+            "own_per_env": self.own_per_env,
         }
 
     @classmethod
@@ -158,6 +166,7 @@ class Results:
             eval_curves=data.get("eval_curves", {}), task_segments=data.get("task_segments", []),
             global_step=int(data.get("global_step", 0)), rules=dict(data.get("rules") or {}),
             in_task=data.get("in_task"), provenance=list(data.get("provenance") or []),
+            own_per_env=list(data.get("own_per_env") or []),
         )  # fmt: skip
 
     def save(self, path: str | Path) -> None:

@@ -481,6 +481,7 @@ class ContinualScheduler:
         assert own is not None
         end = res.global_step
         res.success_matrix[i] = [None if r is None else r.success for r in row]
+        res.own_per_env[i] = own.main.per_env()
         append_point(res.eval_curves[self.tasks[i].name], end, own.curve_values())
         res.evaluated_tasks = i + 1
         res.save(self.files.results)
