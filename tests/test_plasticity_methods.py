@@ -225,18 +225,38 @@ def test_trac_scale_on_a_linear_loss_matches_the_hand_computed_tuners() -> None:
 
     theta = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
     # Adam with eps 0 on a constant gradient steps exactly lr: its iterate is 0, -0.1, -0.2, -0.3.
-    opt = TRAC([theta], lr=0.1, betas_trac=(0.9, 0.5), s_prior=2.0, trac_eps=1e-8, eps=0.0)
+    # Two tuners and s_prior 1: the paper's s_j = s_prior erfi(.) / erfi(1/sqrt(2)) (not s_prior / n).
+    opt = TRAC([theta], lr=0.1, betas_trac=(0.9, 0.5), s_prior=1.0, trac_eps=1e-8, eps=0.0)
     assert opt.param_groups is opt.base.param_groups  # a learning rate set on TRAC reaches Adam
     got = _trac_steps(opt, theta, 3)
+    unit = _erfi(1 / math.sqrt(2))
     # step 1: h = <g, base - ref> = 0, so S = 0 and theta = ref = 0
-    # step 2: h = -0.1: v_j = 0.01, sigma_j = 0.1 for both betas; S = (2 / 2) * 2 erfi(0.1 / sqrt(0.02))
-    s2 = 2 * _erfi(0.1 / (math.sqrt(0.02) + 1e-8))
+    # step 2: h = -0.1: v_j = 0.01, sigma_j = 0.1 for both betas; each tuner's argument is
+    # 0.1 / sqrt(0.02) = 1/sqrt(2) (less eps), so s_j ~ s_prior and S ~ 2
+    s2 = 2 * _erfi(0.1 / (math.sqrt(0.02) + 1e-8)) / unit
+    assert s2 == pytest.approx(2.0, rel=1e-6)
     # step 3: h = -0.2: v_j = beta_j^2 0.01 + 0.04, sigma_j = beta_j 0.1 + 0.2
-    s3 = sum(_erfi((b * 0.1 + 0.2) / (math.sqrt(2 * (b * b * 0.01 + 0.04)) + 1e-8)) for b in (0.9, 0.5))
+    s3 = sum(_erfi((b * 0.1 + 0.2) / (math.sqrt(2 * (b * b * 0.01 + 0.04)) + 1e-8)) for b in (0.9, 0.5)) / unit
     assert got[0] == [0.0]
     assert got[1][0] == pytest.approx(s2 * -0.2, rel=1e-9)
     assert got[2][0] == pytest.approx(s3 * -0.3, rel=1e-9)
     assert opt.logs()["trac_scale"] == pytest.approx(s3, rel=1e-9)
+
+
+def test_trac_plays_theta_ref_when_its_scale_is_negative() -> None:
+    """The authors' code plays theta_ref + max(S, 0) (theta_base - theta_ref); the log keeps S."""
+    from rl_moe.algos.trac import TRAC
+
+    theta = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+    opt = TRAC([theta], lr=0.1, betas_trac=(0.9, 0.5), s_prior=1.0, trac_eps=1e-8, eps=0.0)
+    for sign in (1.0, -1.0):  # g = +1 moves Adam's iterate to -0.1; then g = -1 gives h = +0.1 > 0
+        opt.zero_grad()
+        (sign * theta).sum().backward()
+        opt.step()
+    # step 2: v_j = 0.01, sigma_j = -0.1, so S = -2 erfi(0.1 / (sqrt(0.02) + eps)) / erfi(1/sqrt(2)) < 0
+    s2 = -2 * _erfi(0.1 / (math.sqrt(0.02) + 1e-8)) / _erfi(1 / math.sqrt(2))
+    assert opt.logs()["trac_scale"] == pytest.approx(s2, rel=1e-9)
+    assert theta.item() == 0.0  # theta_ref, not theta_ref + S (theta_base - theta_ref)
 
 
 def test_trac_state_dict_resumes_the_same_trajectory() -> None:

@@ -1,4 +1,4 @@
-"""TRAC, a parameter-free optimizer wrapper for lifelong RL (Muppidi, Zhang and Cutkosky 2024,
+"""TRAC, a parameter-free optimizer wrapper for lifelong RL (Muppidi, Zhang and Yang 2024,
 "Fast TRAC: A parameter-free optimizer for lifelong reinforcement learning", NeurIPS,
 arXiv:2405.16642), around Adam.
 
@@ -8,14 +8,20 @@ sum of n one-dimensional tuners, one per discount beta_j, each fed the scalar h 
 theta_ref> (all parameters of the optimizer together):
 
     v_j <- beta_j^2 v_j + h^2,    sigma_j <- beta_j sigma_j - h,
-    s_j = (s_prior / n) erfi(sigma_j / (sqrt(2 v_j) + eps)),    S = sum_j s_j.
+    s_j = (s_prior / erfi(1/sqrt(2))) erfi(sigma_j / (sqrt(2 v_j) + eps)),    S = sum_j s_j,
 
-S starts at 0 (the first step plays theta_ref) and grows while Adam's steps keep lowering the loss;
-it shrinks back toward theta_ref when they stop helping, which is TRAC's answer to lost plasticity.
+and the point played is theta_ref + max(S, 0) (theta_base - theta_ref). The factor 1/erfi(1/sqrt(2))
+is the paper's (the authors' project page and their trac_optimizer package): a tuner's first
+non-zero h gives |s_j| ~ s_prior. S starts at 0 (the first step plays theta_ref) and grows while
+Adam's steps keep lowering the loss; it shrinks back toward theta_ref when they stop helping, which
+is TRAC's answer to lost plasticity.
 
 On a MoE TRAC acts on the whole optimizer: one S for all experts and the gate (and, under PPO, the
 critic, which shares the policy's optimizer; TD3's actor and critic optimizers each have their
-own S). Choices: betas (0.9, ..., 0.999999), s_prior = eps = 1e-8 are the paper's; S is computed in
+own S). Choices: betas (0.9, ..., 0.999999), s_prior = eps = 1e-8 are the paper's; the played scale
+is clipped at 0 as in the authors' code (the update as the paper states it, S theta_base + (1 - S) theta_ref, is unclipped; a negative S
+would reflect Adam's displacement through theta_ref), while ``trac_scale`` logs S itself; sigma
+starts at 0 (the authors' code starts it at 1e-8); S is computed in
 float64 with scipy's erfi, its argument capped at 20 (erfi(20) ~ 5e172, far past any useful S);
 theta_ref is taken once when the optimizer is built and kept across task boundaries, as the paper's
 lifelong setting keeps it; the learning rate schedule acts on Adam, inside TRAC.
@@ -33,6 +39,8 @@ from torch import Tensor
 #: The paper's discounts beta_1..beta_n.
 TRAC_BETAS: tuple[float, ...] = (0.9, 0.99, 0.999, 0.9999, 0.99999, 0.999999)
 _ERFI_CAP = 20.0
+#: erfi(1/sqrt(2)): a tuner s_j is s_prior erfi(.) / erfi(1/sqrt(2)) (Muppidi et al. 2024; their trac_optimizer package).
+_ERFI_UNIT = float(erfi(2.0**-0.5))
 
 
 @runtime_checkable
@@ -99,8 +107,8 @@ class TRAC(torch.optim.Optimizer):
         t["v"] = t["betas"] ** 2 * t["v"] + h * h
         t["sigma"] = t["betas"] * t["sigma"] - h
         arg = (t["sigma"] / (torch.sqrt(2.0 * t["v"]) + t["eps"])).clamp(-_ERFI_CAP, _ERFI_CAP)
-        t["scale"] = (t["s_prior"] / len(t["betas"])) * torch.from_numpy(erfi(arg.numpy())).sum()
-        scale = float(t["scale"])
+        t["scale"] = (t["s_prior"] / _ERFI_UNIT) * torch.from_numpy(erfi(arg.numpy())).sum()
+        scale = max(float(t["scale"]), 0.0)  # the point played: the authors' code clips S at 0
         for p in params:
             state = self.state[p]
             state["base"].copy_(p)
@@ -108,7 +116,7 @@ class TRAC(torch.optim.Optimizer):
         return loss
 
     def logs(self) -> dict[str, float]:
-        """``trac_scale``: S, the factor on Adam's displacement from theta_ref."""
+        """``trac_scale``: S, the sum of the tuners (the factor on Adam's displacement from theta_ref is max(S, 0))."""
         return {"trac_scale": float(self.trac["scale"])}
 
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
