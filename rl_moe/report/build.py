@@ -9,6 +9,7 @@ from pathlib import Path
 from rl_moe.report.collapse import TAGS as COLLAPSE_TAGS
 from rl_moe.report.collapse import collapse_table
 from rl_moe.report.loading import ReportError, RunSet, describe_rules, load_runs
+from rl_moe.report.readings import readings_table
 from rl_moe.report.render import Block, Heading, Image, Paragraph, to_html, to_markdown
 from rl_moe.report.scalars import PLASTICITY_TAGS, TAG_LABELS, Curve, load_scalars
 from rl_moe.report.stats import VERDICT_REPS
@@ -113,6 +114,10 @@ def report_blocks(runset: RunSet, opts: ReportOptions, out: Path) -> list[Block]
         table = success_table(ctx, "crl", "final", opts.baseline, opts.method)
         if table:
             blocks.append(table)
+        readings = [t for protocol, by_method in ctx.runs.items() if (t := readings_table(ctx.suite, ctx.algo, protocol, by_method, method_order(list(by_method), opts.baseline, opts.method)))]
+        if readings:
+            blocks.append(Heading("Success readings", 3))
+            blocks.extend(readings)
         blocks.append(Heading("Robust aggregates", 3))
         for protocol, field in (("rl", "own"), ("crl", "own"), ("rl", "heldout"), ("crl", "heldout")):
             table = robust_table(ctx, protocol, opts.baseline, opts.method, opts.reps, field)
