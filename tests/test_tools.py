@@ -21,8 +21,12 @@ def test_screen_summary_reads_a_kept_and_a_collapsed_run() -> None:
     assert (kept["success"], kept["updates"], kept["collapsed_share"], kept["passes"]) == (1.0, 62, 0.0, True)
     assert kept["entk_rank_end"] == pytest.approx(5.544, abs=1e-3)
     assert kept["feature_norm_online_zero"] == "0 of 9"
+    assert kept["eval_step_latest"] > 900_000 and kept["eval_success_latest"] == 1.0
+    assert kept["lambda_max"] > 0 and kept["loss_min"] > 1e-8  # loss_ratio: never collapsed
+    assert 0.0 <= kept["last_hidden_zero_share_end"] < 1.0
     collapsed = screen_summary.summarize(RESULTS / "cw10-paper" / "ppo-sphere-crl-s3")
     assert (collapsed["updates"], collapsed["collapsed_share"], collapsed["passes"]) == (186, 1.0, False)
+    assert collapsed["lambda_max"] > 1e4 or collapsed["loss_min"] < 1e-8
 
 
 def test_collect_runs_keeps_summaries_and_leaves_checkpoints(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 
 from rl_moe.regularizers.sphere import COLLAPSE_COEF, is_collapsed
@@ -26,7 +27,7 @@ PASS_SUCCESS, PASS_COLLAPSED = 0.9, 0.5
 
 def _scalars(run: Path) -> dict[str, dict[float, float]]:
     """step -> value per tag, over all of the run's event files (the report's reader)."""
-    return {tag: dict(zip(c.steps.tolist(), c.values.tolist())) for tag, c in load_scalars(run, ("train/", "plasticity/")).items()}
+    return {tag: dict(zip(c.steps.tolist(), c.values.tolist())) for tag, c in load_scalars(run, ("train/", "plasticity/", "eval/")).items()}
 
 
 def summarize(run: Path) -> dict[str, object]:
@@ -40,6 +41,11 @@ def summarize(run: Path) -> dict[str, object]:
     online = s.get("plasticity/feature_norm_online", {})
     share = sum(collapsed) / len(collapsed) if collapsed else None
     success = res["own_success"][0] if res.get("complete") else None
+    ratio = s.get("train/sphere_trace_ratio", {})
+    # Exactly-zero units of the last hidden layer on the online probe (tau = 0), at the last probe.
+    zero_tags = sorted((t for t in s if t.startswith("plasticity/dormant_ratio_tau0_l") and t.endswith("_online")), key=lambda t: int(t.split("_l")[-1].split("_")[0]))
+    zeros = s[zero_tags[-1]] if zero_tags else {}
+    evals = s.get("eval/success", {})
     return {
         "run": run.name,
         "method": res["method"],
@@ -56,6 +62,12 @@ def summarize(run: Path) -> dict[str, object]:
         "loss_zero_share": sum(loss[t] == 0 for t in steps) / len(steps) if steps else None,
         "entk_rank_end": rank[max(rank)] if rank else None,
         "feature_norm_online_zero": f"{sum(v == 0 for v in online.values())} of {len(online)}",
+        "lambda_max": max(lam[t] for t in steps) if steps else None,
+        "loss_min": min(loss[t] for t in steps) if steps else None,
+        "trace_ratio_median": statistics.median(ratio.values()) if ratio else None,
+        "last_hidden_zero_share_end": zeros[max(zeros)] if zeros else None,
+        "eval_success_latest": evals[max(evals)] if evals else None,
+        "eval_step_latest": int(max(evals)) if evals else None,
         "passes": None if success is None or share is None else bool(success >= PASS_SUCCESS and share < PASS_COLLAPSED),
     }
 
@@ -66,13 +78,18 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
     rows = [summarize(r.parent) for r in sorted(args.root.rglob("results.json"))]
-    print("| run | success (train / held out) | updates collapsed | λ > 1e4 | penalty exactly 0 | r_e(K) held out, end | online features 0 | passes |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| run | success (train / held out) | latest evaluation (step) | updates collapsed | λ > 1e4 | penalty exactly 0 | λ max | penalty min | tr(G) ratio, median | last-hidden units at 0, last probe | r_e(K) held out, end | online features 0 | passes |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         pct = lambda v: "—" if v is None else f"{100 * v:.0f}%"  # noqa: E731
         succ = "unfinished" if r["success"] is None else f"{r['success']:.2f} / {r['success_heldout']:.2f}"
         rank = "—" if r["entk_rank_end"] is None else f"{r['entk_rank_end']:.2f}"
-        print(f"| {r['run']} | {succ} | {pct(r['collapsed_share'])} of {r['updates']} | {pct(r['lambda_gt_1e4_share'])} | {pct(r['loss_zero_share'])} | {rank} | {r['feature_norm_online_zero']} | {r['passes']} |")
+        num = lambda v: "—" if v is None else f"{v:.3g}"  # noqa: E731
+        latest = "—" if r["eval_success_latest"] is None else f"{r['eval_success_latest']:.2f} ({r['eval_step_latest']:,})"
+        print(
+            f"| {r['run']} | {succ} | {latest} | {pct(r['collapsed_share'])} of {r['updates']} | {pct(r['lambda_gt_1e4_share'])} | {pct(r['loss_zero_share'])} "
+            f"| {num(r['lambda_max'])} | {num(r['loss_min'])} | {num(r['trace_ratio_median'])} | {pct(r['last_hidden_zero_share_end'])} | {rank} | {r['feature_norm_online_zero']} | {r['passes']} |"
+        )
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
 
