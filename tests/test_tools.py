@@ -93,3 +93,15 @@ def test_stopping_rule_names_unknown_methods(capsys: pytest.CaptureFixture) -> N
         stopping_rule.main([str(RESULTS / "cw10-paper"), "--method", "spheer", "--sims", "1"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "unknown method 'spheer'" in err and "topk_bounded" in err
+
+
+def test_sphere_scale_summary_is_first_row_against_the_mean_of_the_last_ten(tmp_path: Path) -> None:
+    from tools import sphere_scale
+
+    rows = [{"trace_G": float(20 - i), "coef": float(i), "feature_zero_share": 0.5, "step": 16384 * (1 + i // 4)} for i in range(20)]
+    s = sphere_scale.summarize(rows)
+    assert s["trace_G_first"] == 20.0 and s["trace_G_end"] == pytest.approx(5.5)  # mean of 10 .. 1
+    assert s["coef_end"] == pytest.approx(14.5) and s["coef_max"] == 19.0 and s["steps"] == 16384 * 5
+    f = tmp_path / "paper-authors-hammer-s1.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert "| paper-authors-hammer-s1 | 20 → 5.5 | 14.5 (19) | 0.50 | 81,920 |" in sphere_scale.summary_table([f])

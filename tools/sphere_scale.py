@@ -39,6 +39,31 @@ def dense_phi64(out: MoEOutput) -> torch.Tensor:
     return dense.reshape(d.n_samples, -1)
 
 
+def summarize(rows: list[dict[str, float]], last: int = 10) -> dict[str, float]:
+    """A probe's first recorded minibatch against its end (the mean of the ``last`` recorded ones)."""
+    end = rows[-last:]
+    mean = lambda key: sum(r[key] for r in end) / len(end)  # noqa: E731
+    return {
+        "trace_G_first": rows[0]["trace_G"], "trace_G_end": mean("trace_G"), "coef_end": mean("coef"),
+        "coef_max": max(r["coef"] for r in rows), "zero_share_end": mean("feature_zero_share"), "steps": rows[-1]["step"],
+    }  # fmt: skip
+
+
+def summary_table(files: list[Path]) -> str:
+    """Markdown table of :func:`summarize` over probe files (``NAME-TASK-sSEED.jsonl``)."""
+    lines = ["| probe | tr(G) first → end | λ at the end (max) | zero share at the end | steps |", "|---|---|---|---|---|"]
+    for f in sorted(files):
+        rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        if not rows:
+            continue
+        s = summarize(rows)
+        lines.append(
+            f"| {f.stem} | {s['trace_G_first']:.3g} → {s['trace_G_end']:.3g} | {s['coef_end']:.3g} ({s['coef_max']:.3g}) "
+            f"| {s['zero_share_end']:.2f} | {int(s['steps']):,} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--suite", default="cw10-cw", help="the suite whose rules and PPO config the probe trains under")
@@ -48,8 +73,14 @@ def main() -> None:
     p.add_argument("--rollouts", type=int, default=3)
     p.add_argument("--every", type=int, default=20, help="record one minibatch in this many")
     p.add_argument("--set", action="append", default=[], dest="overrides")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--summary", type=Path, nargs="+", default=None, help="print a table of these .jsonl files instead of training")
     args = p.parse_args()
+    if args.summary is not None:
+        print(summary_table(args.summary))
+        return
+    if args.out is None:
+        p.error("--out is required unless --summary is given")
     torch.set_num_threads(1)
     cfg = resolve(RunRequest(suite=args.suite, method="sphere", seed=args.seed, tasks=1, device="cpu", preset=args.preset, overrides=tuple(args.overrides)))
     suite = suite_of(cfg)
