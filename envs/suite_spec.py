@@ -78,6 +78,8 @@ class Suite:
     :param regularizers: per-suite regularizer kwargs (e.g. SPHERE rho, paper Table 2)
     :param net: per-suite network defaults (:class:`~rl_moe.continual.config.NetSettings` fields,
         e.g. Pendulum-sized layers for the smoke suite), applied before ``--preset`` and ``--set``
+    :param network: the named network the suite builds (``authors``, ``sb3``; empty: ``sb3``),
+        before its ``net`` defaults (:mod:`rl_moe.continual.networks`)
     :param eval: per-suite evaluation defaults (:class:`~rl_moe.continual.config.EvalSettings`
         fields, e.g. the paper protocol's ``positions``), applied like ``net``
     :param family_module: a module to import before the family is looked up, which registers a
@@ -96,6 +98,7 @@ class Suite:
     presets: Mapping[str, str] = field(default_factory=dict)
     regularizers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     net: Mapping[str, Any] = field(default_factory=dict)
+    network: str = ""
     eval: Mapping[str, Any] = field(default_factory=dict)
     family_module: str = ""
     description: str = ""
@@ -118,6 +121,7 @@ class Suite:
             "presets": dict(self.presets),
             "regularizers": {k: dict(v) for k, v in self.regularizers.items()},
             "net": dict(self.net),
+            **({"network": self.network} if self.network else {}),
             "eval": dict(self.eval),
             "tasks": [t.to_dict() for t in self.tasks],
         }

@@ -87,7 +87,7 @@ def _with_defaults(task: TaskSpec, defaults: Mapping[str, Any]) -> TaskSpec:
 #: Top-level keys of a suite file (``probe_task``: files written before ``probe_tasks``).
 SUITE_KEYS: tuple[str, ...] = (
     "name", "description", "family", "family_module", "steps_per_task", "episode_length", "success", "task_defaults",
-    "probe_tasks", "probe_task", "presets", "regularizers", "net", "eval", "tasks",
+    "probe_tasks", "probe_task", "presets", "regularizers", "net", "network", "eval", "tasks",
 )  # fmt: skip
 #: Keys of a suite's ``success`` object.
 SUCCESS_KEYS: tuple[str, ...] = ("type",)
@@ -125,6 +125,7 @@ def suite_from_dict(data: Mapping[str, Any], source: str = "") -> Suite:
             presets=dict(data.get("presets", {})),
             regularizers={k: dict(v) for k, v in data.get("regularizers", {}).items()},
             net=dict(data.get("net", {})),
+            network=str(data.get("network", "")),
             eval=dict(data.get("eval", {})),
             family_module=str(data.get("family_module", "")),
             description=str(data.get("description", "")),

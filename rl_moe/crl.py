@@ -49,9 +49,10 @@ if __name__ == "__main__":  # Ctrl-C while the heavy imports below load exits as
 import torch  # noqa: E402
 
 from rl_moe.cli import EXIT_INTERRUPTED, EXIT_USAGE, UsageParser  # noqa: E402
-from rl_moe.continual.config import RunConfig, preset_overrides  # noqa: E402
+from rl_moe.continual.config import OVERRIDE_PRESETS, PRESET_DESCRIPTIONS, RunConfig, preset_overrides  # noqa: E402
 from rl_moe.continual.learners import LEARNERS, get_learner  # noqa: E402
 from rl_moe.continual.methods import METHODS, get_method  # noqa: E402
+from rl_moe.continual.networks import FALLBACK_NETWORK  # noqa: E402
 from rl_moe.continual.resolve import DEVICES, RunRequest, check_reference, resolve, rules_tag, suite_rules  # noqa: E402
 from rl_moe.continual.resume import check_flags_match, check_resumable, extend_tasks, load_run, saved_progress, with_overrides  # noqa: E402
 from rl_moe.continual.run_view import RunView  # noqa: E402
@@ -90,7 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", default=None, help="explicit run folder; an existing run there is resumed")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run after its last finished task")
     p.add_argument("--reference", default=None, metavar="RUN_DIR", help="RL-protocol run for forward transfer")
-    p.add_argument("--preset", default=None, help="override bundle applied before --set: tiny (small nets/rollouts, seconds-fast), authors (the SPHERE authors' network and lambda arithmetic)")
+    p.add_argument(
+        "--preset", default=None,
+        help=f"override bundle applied before --set: {', '.join(OVERRIDE_PRESETS)}. cw10, cw20 and hb5 build the SPHERE authors' network "
+        "(LeCun init, 3 x 256 gate) with no preset, other suites sb3's; SPHERE takes the authors' lambda arithmetic on every suite "
+        "(--list describes each preset)",
+    )  # fmt: skip
     p.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override a config field: net.hidden=32,32  ppo.n_steps=64  eval.n_episodes=2  reg.sphere.rho=0.01 "
@@ -113,13 +119,15 @@ def _suite_lines() -> list[str]:
         suite = load_suite(name)
         aliases = [a for a, target in SUITE_ALIASES.items() if target == name]
         also = f" (also: {', '.join(aliases)})" if aliases else ""
-        lines.append(f"  {name}{also}: {len(suite.tasks)} tasks, {describe_rules(suite_rules(suite, 'ppo'))}. {suite.description}")
+        network = f"{suite.network or FALLBACK_NETWORK} network"
+        lines.append(f"  {name}{also}: {len(suite.tasks)} tasks, {network}, {describe_rules(suite_rules(suite, 'ppo'))}. {suite.description}")
     return lines
 
 
 def _listing() -> str:
     lines = ["suites:", *_suite_lines(), "methods:"]
     lines += [f"  {m.name:<14} {m.description}" for m in METHODS.values()]
+    lines += ["presets (--preset; later --set wins):", *(f"  {name:<14} {PRESET_DESCRIPTIONS[name]}" for name in OVERRIDE_PRESETS)]
     return "\n".join(lines)
 
 
@@ -157,7 +165,7 @@ def prepare(args: argparse.Namespace) -> tuple[RunConfig, Path]:
         check_resumable(run_dir, cfg)
         if args.preset is not None:  # applied like --set, before it, as for a new run
             bundle = preset_overrides(args.preset, get_method(cfg.method).regularizers)
-            cfg = with_overrides(cfg, list(bundle), source=f"--preset {args.preset}")
+            cfg = dataclasses.replace(with_overrides(cfg, list(bundle), source=f"--preset {args.preset}"), preset=args.preset)
         if args.overrides:
             cfg = with_overrides(cfg, args.overrides)
         if args.reference is not None:  # safe to add: it only changes forward transfer

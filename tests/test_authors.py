@@ -109,7 +109,7 @@ def test_log_std_in_theta_adds_the_log_std_gradient_to_the_reference_norm() -> N
     out = policy.actor_net(torch.randn(32, 5))
     actor_loss = (out.out**2).mean() + 0.7 * policy.log_std.sum() ** 2  # d/d log_std = 1.4 * 0.6 = 0.84 each
     ctx = loss_context(types.SimpleNamespace(policy=policy), "ppo", None, {"actor": (out,)}, {"actor": actor_loss, "critic": out.out.new_zeros(())}, {"actor": actor_loss})
-    (net_only,) = Sphere(rho=0.1, rank_every=0).penalty(ctx)
+    (net_only,) = Sphere(rho=0.1, rank_every=0, log_std_in_theta=False).penalty(ctx)
     (with_std,) = Sphere(rho=0.1, rank_every=0, log_std_in_theta=True).penalty(ctx)
     assert [p is policy.log_std for p in net_only.scale.params].count(True) == 0
     assert [p is policy.log_std for p in with_std.scale.params].count(True) == 1

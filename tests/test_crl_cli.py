@@ -295,8 +295,8 @@ def test_list_names_every_suite_and_method(capsys: pytest.CaptureFixture) -> Non
     suites = {line.split(":")[0].split(" (")[0].strip(): line for line in out.split("methods:")[0].splitlines()[1:]}
     assert out.startswith("suites:\n") and list(suites) == ["cw10", "cw10-cw", "cw20", "cw20-cw", "hb5", "smoke"]
     # each with its rules and its description: the paper's protocol and Continual World's told apart
-    assert "(also: cw10-paper): 10 tasks, 500-step episodes, position_rule fixed, separate gradient clipping, evaluated on both positions." in suites["cw10"]
-    assert "20 tasks, 200-step episodes, joint gradient clipping, evaluated on heldout positions. Continual World CW20" in suites["cw20-cw"]
+    assert "(also: cw10-paper): 10 tasks, authors network, 500-step episodes, position_rule fixed, separate gradient clipping, evaluated on both positions." in suites["cw10"]
+    assert "20 tasks, sb3 network, 200-step episodes, joint gradient clipping, evaluated on heldout positions. Continual World CW20" in suites["cw20-cw"]
     assert all(f"  {name} " in out for name in METHODS)
 
 

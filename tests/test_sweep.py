@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from rl_moe.envs.envpool_env import envpool_installed
+from rl_moe.rundir import RunDir
 
 from rl_moe import sweep
 from rl_moe.sweep import backends
@@ -108,7 +109,7 @@ def test_grid_folders_and_command(tmp_path: Path) -> None:
     assert len({t.run_dir for t in trials}) == len(trials)  # one folder per grid point
     assert trials[0].run_dir == tmp_path / "smoke" / "ppo-topk-crl-s0"
     assert trials[-1].run_dir == tmp_path / "suite" / "ppo-sphere-rl-s1"
-    cmd = trial_command(trials[3], cfg)
+    cmd = trial_command(trials[9], cfg)  # seed 1's second trial
     assert cmd[:3] == [sys.executable, "-m", "rl_moe.crl"]
     assert cmd[3:] == [
         "--suite", "smoke", "--method", "topk", "--algo", "ppo", "--protocol", "rl", "--seed", "1",
@@ -512,3 +513,85 @@ def test_a_finished_shorter_run_is_continued_not_skipped(tmp_path: Path, capsys:
     assert [o.status for o in outcomes] == ["done", "done"] and all(json.loads((t.run_dir / "results.json").read_text())["tasks"] == ["t0", "t1", "t2"] for t in grid(whole))
     assert [o.status for o in run_sweep(whole, "sequential", FakeRunner())] == ["skipped", "skipped"]
     assert all("--tasks" not in trial_command(t, whole) for t in grid(whole))  # nothing left to extend
+
+
+def test_trials_start_seed_by_seed_so_methods_have_equal_seed_counts_at_every_stop(tmp_path: Path) -> None:
+    cfg = SweepConfig(suites=("smoke",), methods=("topk", "sphere"), seeds=(0, 1, 2), out=tmp_path)
+    assert [(t.method, t.seed) for t in grid(cfg)] == [("topk", 0), ("sphere", 0), ("topk", 1), ("sphere", 1), ("topk", 2), ("sphere", 2)]
+    runner = SlowRunner(0.05)
+    run_sweep(replace(cfg, parallel=2), "local", runner)
+    assert runner.started == [0, 0, 1, 1, 2, 2]
+
+
+def test_a_method_variant_has_its_own_arguments_and_folder(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    variant = "lossratio=sphere --set reg.sphere.coef_mode=loss_ratio --set reg.sphere.rho=0.05"
+    cfg = SweepConfig(suites=("smoke",), methods=("sphere", variant), seeds=(0,), out=tmp_path, crl_args=("--set", "reg.sphere.rho=0.3"))
+    plain, lossratio = grid(cfg)
+    assert (plain.run_dir.name, lossratio.run_dir.name) == ("ppo-sphere-crl-s0", "ppo-lossratio-crl-s0")
+    assert lossratio.method == "sphere"
+    cmd = trial_command(lossratio, cfg)
+    # the variant's own arguments come last, so its --set wins over the one every trial gets
+    assert cmd[-6:] == ["--set", "reg.sphere.rho=0.3", "--set", "reg.sphere.coef_mode=loss_ratio", "--set", "reg.sphere.rho=0.05"]
+    assert "reg.sphere.coef_mode=loss_ratio" not in trial_command(plain, cfg)
+    base = ["--suite", "smoke", "--out", str(tmp_path / "bad"), "--dry-run", "--method"]
+    for methods, message in (
+        (["sphere", "sphere"], "names sphere more than once"),
+        (["a/b=sphere"], "LABEL a plain word"),
+        (["sphere --set reg.sphere.rho=0.05"], "needs a label of its own"),
+        (["x=sphere --set reg.sphere.not_a_field=1"], "not_a_field"),
+        (["x=nosuchmethod"], "nosuchmethod"),
+    ):
+        assert main([*base, *methods]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "bad").exists()
+
+
+def _sweep(out: Path, *extra: str) -> subprocess.Popen:
+    """The sweep as a user starts it: its own process group, so a kill takes its trials too."""
+    argv = ["--suite", "smoke", "--method", "topk", "sphere", "--seed", "0", "--backend", "local", "--parallel", "2", "--out", str(out),
+            "--progress-every", "0", *extra, *SLICE]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "rl_moe.sweep", *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+# two 1,024-step tasks of 128-step rollouts, an in-task checkpoint every 256 steps
+SLICE = ["--steps-per-task", "1024", "--tasks", "2", "--", "--preset", "tiny", "--set", "checkpoint.every_steps=256"]
+
+
+def test_a_sweep_killed_mid_trial_and_run_again_equals_an_uninterrupted_one(tmp_path: Path) -> None:
+    """The campaign's interruption: the sweep and its trials killed (SIGKILL to the process group)
+    once each trial has an in-task checkpoint, then the same command again. Every trial resumes
+    inside its task and ends bit for bit where an uninterrupted sweep does, its held-out scores
+    included."""
+    from rl_moe.fingerprint import fingerprint
+
+    whole = _sweep(tmp_path / "whole", "--heldout", "2")
+    assert whole.wait(timeout=600) == 0, whole.stderr.read() if whole.stderr else ""
+    cut = tmp_path / "cut"
+    proc = _sweep(cut, "--heldout", "2")
+    names = ("ppo-topk-crl-s0", "ppo-sphere-crl-s0")
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        if all(RunDir(cut / "smoke" / n).in_task.is_file() for n in names):
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the sweep ended before both trials wrote an in-task checkpoint"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    partial = {n: json.loads((cut / "smoke" / n / "results.json").read_text()) for n in names}
+    assert not any(r["complete"] for r in partial.values())
+    again = _sweep(cut, "--heldout", "2")
+    assert again.wait(timeout=600) == 0, again.stderr.read() if again.stderr else ""
+    for n in names:
+        a, b = tmp_path / "whole" / "smoke" / n, cut / "smoke" / n
+        assert fingerprint(b) == fingerprint(a), n
+        stretches = json.loads((b / "results.json").read_text())["provenance"]
+        starts = [seg[0] for seg in json.loads((b / "results.json").read_text())["task_segments"]]
+        assert any(s["from_step"] not in starts for s in stretches), stretches  # resumed inside a task, not restarted
+        score = lambda p: {k: v for k, v in json.loads((p / "positions-2.json").read_text()).items() if k in ("own_success_heldout", "own_success_train")}  # noqa: E731
+        assert score(b) == score(a) and "own_success_heldout" in score(a)
+        assert (b / "sweep.log").read_text().count("rl_moe.positions") == 1
+    # finished and scored: the same command again has nothing to do
+    last = _sweep(cut, "--heldout", "2")
+    assert last.wait(timeout=120) == 0

@@ -1,5 +1,6 @@
-"""Training is unchanged, bit for bit: fixed-seed runs (a 2-task ``cw10`` run of Top-K and of SPHERE
-on real MetaWorld, and a TD3 smoke run) must give the weights, TensorBoard scalars and
+"""Training is unchanged, bit for bit: fixed-seed runs (2-task ``cw10`` runs of Top-K and of SPHERE
+on real MetaWorld, tiny ones on the former network and full-size ones on the slice's, the authors'
+network; and a TD3 smoke run) must give the weights, TensorBoard scalars and
 ``results.json`` numbers recorded in ``tests/data/training_fingerprints.json``.
 
 A refactor of the update path, the suite path or the scheduler lands only with this test green, so
@@ -30,13 +31,23 @@ from rl_moe.fingerprint import fingerprint, kernel_machine, machine_differences
 DATA = Path(__file__).parent / "data" / "training_fingerprints.json"
 RECORD = os.environ.get("RL_MOE_RECORD_FINGERPRINTS") == "1"
 _FEW_EVALS = ("--set", "eval.evals_per_task=1", "--set", "eval.n_episodes=1", "--set", "eval.matrix_episodes=1", "--set", "eval.n_envs=1")
+#: The settings cw10 trained with before its default became the authors' network and SPHERE's
+#: default the authors' lambda arithmetic: the runs recorded before then keep them, so their
+#: recordings on every machine still say whether the training code changed.
+_FORMER = ("--set", "net.init=orthogonal", "--set", "reg.sphere.norm_eps=0", "--set", "reg.sphere.log_std_in_theta=false")
+_FORMER_TOPK = _FORMER[:2]
+#: The slice's network (cw10's defaults: the authors' network and arithmetic, the online probe)
+#: at full size, with rollouts of 8 x 64 steps so that a run takes about a minute.
+_SLICE_NET = ("--tasks", "2", "--steps-per-task", "1024", "--set", "ppo.n_steps=64", "--set", "ppo.batch_size=128", "--set", "ppo.n_epochs=2", "--set", "probe.online=true", *_FEW_EVALS)
 #: name -> the run's arguments (besides --run-dir); the "full" ones are the issue's 2 tasks x 32k steps
 RUNS: dict[str, tuple[str, ...]] = {
-    "cw10-topk-tiny": ("--suite", "cw10", "--method", "topk", "--tasks", "2", "--steps-per-task", "512", "--preset", "tiny", *_FEW_EVALS),
-    "cw10-sphere-tiny": ("--suite", "cw10", "--method", "sphere", "--tasks", "2", "--steps-per-task", "512", "--preset", "tiny", *_FEW_EVALS),
+    "cw10-topk-tiny": ("--suite", "cw10", "--method", "topk", "--tasks", "2", "--steps-per-task", "512", "--preset", "tiny", *_FEW_EVALS, *_FORMER_TOPK),
+    "cw10-sphere-tiny": ("--suite", "cw10", "--method", "sphere", "--tasks", "2", "--steps-per-task", "512", "--preset", "tiny", *_FEW_EVALS, *_FORMER),
     "smoke-td3-tiny": ("--suite", "smoke", "--algo", "td3", "--method", "topk", "--tasks", "2", "--steps-per-task", "600", "--preset", "tiny"),
-    "cw10-topk-full": ("--suite", "cw10", "--method", "topk", "--tasks", "2", "--steps-per-task", "32768"),
-    "cw10-sphere-full": ("--suite", "cw10", "--method", "sphere", "--tasks", "2", "--steps-per-task", "32768"),
+    "cw10-topk-authors": ("--suite", "cw10", "--method", "topk", *_SLICE_NET),
+    "cw10-sphere-authors": ("--suite", "cw10", "--method", "sphere", *_SLICE_NET),
+    "cw10-topk-full": ("--suite", "cw10", "--method", "topk", "--tasks", "2", "--steps-per-task", "32768", "--preset", "sb3"),
+    "cw10-sphere-full": ("--suite", "cw10", "--method", "sphere", "--tasks", "2", "--steps-per-task", "32768", "--preset", "sb3", *_FORMER[2:]),
 }
 #: Short runs for the determinism check: PPO with SPHERE's penalty over Top-K routing, and TD3.
 SAME_TWICE: dict[str, tuple[str, ...]] = {

@@ -8,6 +8,12 @@ A results table mixes runs of two commits only where this says ``identical`` for
     python -m tools.same_training --out results/cw10-paper/same-training-34c7b48-38279e8.json \
         --tree ~/rl_moe-exp2 ~/venv-exp2 --tree ~/rl_moe-exp3 ~/venv-exp3 \
         -- --suite cw10-paper --method topk --tasks 2 --steps-per-task 512 --preset tiny --vec-env dummy --threads 1
+
+A third word after a tree's venv adds arguments for that tree alone, for a commit whose defaults
+another commit reaches with a flag (the authors' network was ``--preset authors`` before it became
+``cw10``'s default):
+
+    python -m tools.same_training --tree ~/rl_moe-exp ~/venv-exp "--preset authors" --tree . .venv -- --suite cw10 ...
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -48,20 +55,28 @@ def compare(runs: dict[str, Path]) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tree", nargs=2, action="append", metavar=("WORKTREE", "VENV"), required=True)
+    parser.add_argument(
+        "--tree", nargs="+", action="append", metavar="WORKTREE VENV [ARGS]", required=True,
+        help="a worktree, its venv and, optionally, one quoted string of arguments for its run alone",
+    )
     parser.add_argument("--out", type=Path, help="append the comparison to this JSON list")
     parser.add_argument("crl_args", nargs=argparse.REMAINDER, help="after --: the rl_moe.crl arguments (no --run-dir)")
     opts = parser.parse_args(argv)
     args = [a for a in opts.crl_args if a != "--"]
     if len(opts.tree) < 2:
         parser.error("give --tree at least twice")
+    bad = [" ".join(t) for t in opts.tree if len(t) not in (2, 3)]
+    if bad:
+        parser.error(f"--tree takes WORKTREE VENV [ARGS], got: {bad[0]}")
     with tempfile.TemporaryDirectory() as tmp:
-        runs = {}
-        for tree, venv in opts.tree:
+        runs, own = {}, {}
+        for tree, venv, *extra in opts.tree:
             name = commit_of(Path(tree).expanduser())
-            runs[name] = Path(tmp) / name
-            run_in(Path(tree).expanduser(), Path(venv).expanduser(), args, runs[name])
-        verdict = {"command": args, **compare(runs)}
+            name += f" {extra[0]}" if extra else ""
+            own[name] = shlex.split(extra[0]) if extra else []
+            runs[name] = Path(tmp) / f"run{len(runs)}"
+            run_in(Path(tree).expanduser(), Path(venv).expanduser(), [*args, *own[name]], runs[name])
+        verdict = {"command": args, **({"tree_args": {k: v for k, v in own.items() if v}} if any(own.values()) else {}), **compare(runs)}
     print(json.dumps(verdict, indent=2))
     if opts.out:
         old = json.loads(opts.out.read_text()) if opts.out.is_file() else []

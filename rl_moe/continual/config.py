@@ -18,6 +18,7 @@ from rl_moe.atomic import write_json_atomic
 from rl_moe.continual.intask import CheckpointSettings
 from rl_moe.continual.learners import LEARNERS, PPOConfig, TD3Config, get_learner
 from rl_moe.continual.methods import METHODS
+from rl_moe.continual.networks import LAMBDA_ARITHMETICS, NETWORKS, arithmetic_name, network_name
 from rl_moe.diagnostics.probe import ProbeConfig
 from rl_moe.envs.suite_spec import current_task_fields
 from rl_moe.envs.suites import Suite, suite_from_dict
@@ -133,6 +134,9 @@ class RunConfig:
     :param regularizers: the method's regularizers, name -> typed config (every field stored in
         ``config.json``, so a resumed run is rebuilt from what it ran with)
     :param reference: RL-protocol run folder for forward transfer, or None
+    :param preset: the ``--preset`` the run was made with (None: none; the suite's network and
+        the default arithmetic). ``config.json`` also names the network and SPHERE's lambda
+        arithmetic the settings amount to (:meth:`labels`)
     :param created: UTC timestamp ``YYYYmmdd-HHMMSS``
     :param code: the git commit and dirty flag of the code that created the run
         (:func:`rl_moe.provenance.code_version`); each stretch of training records its own in
@@ -157,6 +161,7 @@ class RunConfig:
     checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
     regularizers: Mapping[str, Any] = field(default_factory=dict)
     reference: str | None = None
+    preset: str | None = None
     created: str = ""
     code: Mapping[str, Any] = field(default_factory=dict)
 
@@ -191,15 +196,25 @@ class RunConfig:
         """Env steps a task really runs: the learner's whole rollouts (PPO: n_envs * n_steps)."""
         return get_learner(self.algo).steps_per_task(self.learner_settings, self.steps_per_task)
 
+    def labels(self) -> dict[str, str]:
+        """What the settings amount to, by name: ``network`` (:data:`~rl_moe.continual.networks.NETWORKS`
+        or ``custom``) and, for a method with SPHERE, ``lambda_arithmetic``. Derived, never read
+        back: a config of any age is labelled from the fields it stored."""
+        out = {"network": network_name(self.net)}
+        if "sphere" in self.regularizers:
+            out["lambda_arithmetic"] = arithmetic_name(self.regularizers["sphere"])
+        return out
+
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(dataclasses.asdict(self))
+        return _jsonable({**dataclasses.asdict(self), **self.labels()})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
         """Read ``config.json``; the regularizers' stored fields become their typed configs (only
-        the method's: files of earlier versions also kept settings the method did not use)."""
+        the method's: files of earlier versions also kept settings the method did not use).
+        Fields a file predates take the value its run trained with (:data:`FIELDS_BEFORE_THEY_EXISTED`)."""
         cfg = _from_dict(cls, {k: v for k, v in data.items() if k != "regularizers"})
-        stored = dict(data.get("regularizers") or {})
+        stored = {name: {**FIELDS_BEFORE_THEY_EXISTED.get(name, {}), **dict(kw)} for name, kw in dict(data.get("regularizers") or {}).items()}
         method = METHODS.get(cfg.method)  # an unknown one is the resume checks' to report
         used = [name for name in (method.regularizers if method else ()) if name in stored]
         return dataclasses.replace(cfg, regularizers=regularizer_configs(used, stored))
@@ -210,6 +225,16 @@ class RunConfig:
         write_json_atomic(path, self.to_dict())
 
 
+#: Regularizer fields whose default changed after runs were recorded without them: the value
+#: those runs trained with. SPHERE's lambda arithmetic became the authors' (issue 70); a
+#: ``config.json`` without ``norm_eps`` ran with the plain norms.
+FIELDS_BEFORE_THEY_EXISTED: dict[str, Mapping[str, Any]] = {"sphere": LAMBDA_ARITHMETICS["ours"]}
+
+
+def _sphere_sets(arithmetic: str) -> tuple[str, ...]:
+    return tuple(f"reg.sphere.{k}={str(v).lower()}" for k, v in LAMBDA_ARITHMETICS[arithmetic].items())
+
+
 #: ``--preset NAME``: named bundles of ``--set`` overrides, applied before the user's own.
 #: ``tiny`` shrinks networks, rollouts and evaluation so a run takes seconds (tests, demos).
 #: ``authors`` builds the networks and SPHERE's lambda as the SPHERE authors' code does
@@ -217,8 +242,12 @@ class RunConfig:
 #: init on every dense layer, heads and gate logits included, with zero biases; a gate of three
 #: hidden layers of 256, as their ``GatingActor(net_arch=(256, 256, 256))``; their gradient norms,
 #: sqrt(sum g^2 + 1e-8) divided with + 1e-8, over the actor's log-std as well. Their log-std init
-#: (0) and ReLU are already ours. The KL-adaptive rate (``ppo.target_kl``) is not in it: only
-#: their HumanoidBench script sets it (docs/reproduce.md, "Differences from the authors' code").
+#: (0) and ReLU are already ours. It is what ``cw10``, ``cw20`` and ``hb5`` build with no preset.
+#: The KL-adaptive rate (``ppo.target_kl``) is not in it: only their HumanoidBench script sets it
+#: (docs/reproduce.md, "Differences from the authors' code"). ``sb3`` is the network before the
+#: paper's protocols took the authors' (orthogonal init, a 1 x 256 gate); SPHERE keeps its
+#: default (the authors') arithmetic under it. Our former arithmetic is a setting:
+#: ``--set reg.sphere.norm_eps=0 --set reg.sphere.log_std_in_theta=false``.
 OVERRIDE_PRESETS: dict[str, tuple[str, ...]] = {
     "tiny": (
         "net.hidden=32,32", "net.n_experts=4", "net.gate_hidden=16",
@@ -227,10 +256,14 @@ OVERRIDE_PRESETS: dict[str, tuple[str, ...]] = {
         "eval.evals_per_task=2", "eval.n_episodes=2", "eval.matrix_episodes=2", "eval.n_envs=2",
         "probe.n_states=32",
     ),
-    "authors": (
-        "net.init=lecun", "net.gate_hidden=256,256,256",
-        "reg.sphere.norm_eps=1e-8", "reg.sphere.log_std_in_theta=true",
-    ),
+    "authors": (*NETWORKS["authors"].overrides(), *_sphere_sets("authors")),
+    "sb3": NETWORKS["sb3"].overrides(),
+}
+#: One line per ``--preset`` for ``--list`` and ``--help``.
+PRESET_DESCRIPTIONS: dict[str, str] = {
+    "tiny": "small networks, rollouts and evaluation: a run takes seconds (tests, demos)",
+    "authors": f"{NETWORKS['authors'].description}; SPHERE's lambda with the authors' arithmetic (the default)",
+    "sb3": f"{NETWORKS['sb3'].description}",
 }
 
 

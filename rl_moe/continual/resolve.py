@@ -19,6 +19,7 @@ from rl_moe.continual.config import (
 from rl_moe.continual.intask import CheckpointSettings
 from rl_moe.continual.learners import LEARNERS, AlgoSpec, check_fast_update, get_learner
 from rl_moe.continual.methods import METHODS, Method, get_method
+from rl_moe.continual.networks import LAMBDA_ARITHMETICS, NETWORKS, suite_network
 from rl_moe.continual.presets import learner_presets
 from rl_moe.continual.probe_states import PROBE_POLICIES, default_probe_policy
 from rl_moe.diagnostics.probe import ProbeConfig
@@ -139,6 +140,8 @@ def check_suite_settings(suite: Suite) -> None:
     for section, given, cls, skip in (("net", suite.net, NetSettings, ("kind",)), ("eval", suite.eval, EvalSettings, ())):
         check_keys(given, [f.name for f in dataclasses.fields(cls) if f.name not in skip], f"{section} setting", where)
     check_keys(suite.presets, LEARNERS, "learner", f" in the presets{where}")
+    if suite.network:
+        check_choice(suite.network, tuple(NETWORKS), f"network{where}")
     check_keys(suite.regularizers, REGISTRY, "regularizer", f" in the regularizers{where}")
 
 
@@ -190,6 +193,7 @@ def resolve(req: RunRequest) -> RunConfig:
         vec_env=resolve_vec_env_type(req.vec_env, n_envs, family=suite.family),
         regularizers=regs,
         reference=None if req.reference is None else str(Path(req.reference).resolve()),
+        preset=req.preset,
         created=time.strftime("%Y%m%d-%H%M%S", time.gmtime()),
         code=code_version(),
         **sections,
@@ -213,9 +217,11 @@ def _sections(req: RunRequest, suite: Suite, spec: AlgoSpec, method: Method) -> 
     preset = suite.presets.get(spec.name, DEFAULT_PRESET)
     if preset not in presets:
         raise UsageError(f"suite {suite.name!r} names unknown {spec.name} preset {preset!r}; valid choices: {', '.join(presets)}")
-    # The suite's network and eval defaults go in as typed values; the --preset bundle,
-    # --experts/--top-k and --set come after them (later wins).
-    net, evals = with_settings(NetSettings(kind=method.kind), suite.net, "net"), with_settings(EvalSettings(), suite.eval, "eval")
+    # The suite's named network, then its network and eval defaults go in as typed values; the
+    # --preset bundle, --experts/--top-k and --set come after them (later wins).
+    named = NETWORKS[suite_network(suite.network, method.kind)].settings
+    net = with_settings(with_settings(NetSettings(kind=method.kind), named, "net"), suite.net, "net")
+    evals = with_settings(EvalSettings(), suite.eval, "eval")
     sections: dict[str, Any] = {"net": net, "eval": evals, "probe": ProbeConfig(), "checkpoint": CheckpointSettings()}
     for other in LEARNERS.values():  # every learner's section is stored; the run's is used
         sections[other.name] = suite_preset(suite, other.name)
@@ -259,8 +265,14 @@ def moved_settings(cfg: RunConfig) -> dict[str, Any]:
     moved = {}
     for name in cfg.regularizers.keys() & own.keys():
         theirs = dataclasses.asdict(own[name])
-        moved.update({f"{name}.{k}": v for k, v in dataclasses.asdict(cfg.regularizers[name]).items() if theirs[k] != v})
+        labelled = LABELLED_FIELDS.get(name, ())
+        moved.update({f"{name}.{k}": v for k, v in dataclasses.asdict(cfg.regularizers[name]).items() if theirs[k] != v and k not in labelled})
     return moved
+
+
+#: Regularizer fields a run's ``config.json`` names by a label of their own
+#: (:meth:`RunConfig.labels`: SPHERE's lambda arithmetic), so :func:`moved_settings` leaves them out.
+LABELLED_FIELDS: dict[str, tuple[str, ...]] = {"sphere": tuple(LAMBDA_ARITHMETICS["authors"])}
 
 
 def suite_of(cfg: RunConfig) -> Suite:

@@ -70,11 +70,11 @@ class SphereConfig:
         mode (0: the plain norm). The SPHERE authors' code (sphere-rl/sphere, ``moe_ppo.py``,
         ``tree_l2_norm``) adds 1e-8 there and eps = 1e-8 again in the division, which floors the
         penalty's norm at 1e-4 and so caps lambda (:func:`~rl_moe.regularizers.hooks.adaptive_coef`);
-        ``--preset authors`` sets it to 1e-8
+        the default is theirs, 0 our former arithmetic (:mod:`rl_moe.continual.networks`)
     :param log_std_in_theta: in ``adaptive`` mode, take the actor's gradient norms over its
         log-std as well as its experts and gate, as the authors' code does (their theta is the
-        whole actor parameter tree); ``--preset authors`` sets it. The penalty does not depend on
-        the log-std, so this raises only the reference norm, and with it lambda
+        whole actor parameter tree); on by default, off in our former arithmetic. The penalty
+        does not depend on the log-std, so this raises only the reference norm, and with it lambda
     :param rank_every: log r_e(A_last) every this many calls (0 = never; an N x N eigvalsh)
     :param ratio_every: ``adaptive`` mode recomputes the gradient-norm ratio every this many
         minibatches and reuses the last one in between (1 = every minibatch, the paper's rule; a
@@ -104,8 +104,8 @@ class SphereConfig:
     scale_invariant: bool = False
     space: str = "auto"
     eps: float = 1e-8
-    norm_eps: float = 0.0
-    log_std_in_theta: bool = False
+    norm_eps: float = 1e-8
+    log_std_in_theta: bool = True
     rank_every: int = 50
     ratio_every: int = 1
     gating_ratio: float = 0.0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rl_moe.report.collapse import TAGS as COLLAPSE_TAGS
 from rl_moe.report.collapse import collapse_table
-from rl_moe.report.loading import ReportError, RunSet, describe_rules, load_runs
+from rl_moe.report.loading import ReportError, RunSet, describe_network, describe_rules, load_runs
 from rl_moe.report.readings import readings_table
 from rl_moe.report.render import Block, Heading, Image, Paragraph, to_html, to_markdown
 from rl_moe.report.scalars import PLASTICITY_TAGS, TAG_LABELS, Curve, load_scalars
@@ -102,6 +102,7 @@ def report_blocks(runset: RunSet, opts: ReportOptions, out: Path) -> list[Block]
     for ctx in contexts(runset):
         blocks.append(Heading(f"{ctx.suite} / {ctx.algo}", 2))
         blocks.append(Paragraph(f"Protocol: {describe_rules(ctx.rules)}."))
+        blocks.append(Paragraph(f"Network: {describe_network(r for by_method in ctx.runs.values() for runs in by_method.values() for r in runs)}."))
         blocks.extend(Paragraph(line) for line in summary_lines(ctx, opts.baseline, opts.method))
         blocks.append(Heading("Per-task success", 3))
         for protocol, field in (("rl", "own"), ("crl", "own"), ("rl", "heldout"), ("crl", "heldout")):

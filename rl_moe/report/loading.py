@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rl_moe.continual.config import RunConfig
+from rl_moe.continual.networks import NETWORKS
 from rl_moe.continual.resolve import moved_settings
 from rl_moe.envs.suite_spec import current_task_fields
 from rl_moe.envs.suites import current_suite_name
@@ -97,6 +99,8 @@ class Run:
     heldout: tuple[float, ...] = ()
     heldout_positions: int = 0
     heldout_note: str = ""
+    network: str = ""
+    arithmetic: str = ""
 
     def segment_start(self, i: int) -> int:
         """First global step of task ``i``'s training segment."""
@@ -176,19 +180,52 @@ def parse_results(data: Any, path: Path) -> Run:
     )
 
 
-def with_moved_settings(run: Run) -> Run:
-    """The run, its method named with the regularizer settings it moved away from the method's
-    own (``sphere [sphere.rho=0.001]``, :func:`rl_moe.continual.resolve.moved_settings`), so that
-    a ``--set reg.*`` variant never shares a table row or a seed slot with the method itself.
-    Runs without a readable ``config.json`` keep their method's name."""
+def with_config(run: Run) -> Run:
+    """The run with what its ``config.json`` says: its method named with the regularizer settings
+    it moved away from the method's own (``sphere [sphere.rho=0.001]``,
+    :func:`rl_moe.continual.resolve.moved_settings`), so that a ``--set reg.*`` variant never
+    shares a table row or a seed slot with the method itself; and the network and SPHERE lambda
+    arithmetic it trained with (:meth:`~rl_moe.continual.config.RunConfig.labels`). Runs without a
+    readable ``config.json`` keep their method's name and no labels."""
     try:
-        moved = moved_settings(RunConfig.from_dict(json.loads((run.path / "config.json").read_text())))
+        cfg = RunConfig.from_dict(json.loads((run.path / "config.json").read_text()))
+        moved, labels = moved_settings(cfg), cfg.labels()
     except (OSError, ValueError, KeyError, TypeError, UsageError):
         return run  # no config.json, or one this version cannot read
+    run = replace(run, network=labels["network"], arithmetic=labels.get("lambda_arithmetic", ""))
     if not moved:
         return run
     label = ", ".join(f"{k}={v}" for k, v in sorted(moved.items()))
     return replace(run, key=replace(run.key, method=f"{run.key.method} [{label}]"))
+
+
+def split_by_network(runs: list[Run]) -> list[Run]:
+    """Runs of one suite and learner on different networks go into tables of their own, named by
+    the network (``cw10 [sb3 network]``); runs of one method with different lambda arithmetics
+    into rows of their own (``sphere [ours lambda]``). A study on one network keeps its names, and
+    the report says the network above its tables."""
+    networks: dict[tuple[str, str], set[str]] = {}
+    arithmetics: dict[tuple[str, str, str], set[str]] = {}
+    for r in runs:
+        networks.setdefault((r.key.suite, r.key.algo), set()).add(r.network)
+        arithmetics.setdefault((r.key.suite, r.key.algo, r.key.method), set()).add(r.arithmetic)
+    out = []
+    for r in runs:
+        key = r.key
+        if len(arithmetics[(key.suite, key.algo, key.method)]) > 1:
+            key = replace(key, method=f"{key.method} [{r.arithmetic or 'unrecorded'} lambda]")
+        if len(networks[(key.suite, key.algo)]) > 1:
+            key = replace(key, suite=f"{key.suite} [{r.network or 'unrecorded'} network]")
+        out.append(replace(r, key=key))
+    return out
+
+
+def describe_network(runs: Iterable[Run]) -> str:
+    """One line naming the networks and SPHERE lambda arithmetics of ``runs``."""
+    nets = sorted({r.network or "unrecorded (no config.json)" for r in runs})
+    text = ", ".join(f"{n} ({NETWORKS[n].description})" if n in NETWORKS else n for n in nets)
+    lam = sorted({r.arithmetic for r in runs if r.arithmetic})
+    return text + (f"; SPHERE's lambda arithmetic: {', '.join(lam)}" if lam else "")
 
 
 def with_heldout(run: Run) -> Run:
@@ -331,7 +368,7 @@ def load_runs(paths: list[Path]) -> RunSet:
             data = json.loads(f.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise ReportError(f"{f}: unreadable results ({exc})") from None
-        runs.append(with_heldout(with_moved_settings(parse_results(data, f))))
+        runs.append(with_heldout(with_config(parse_results(data, f))))
     by_suite: dict[str, Run] = {}
     for r in runs:
         ref = by_suite.setdefault(r.key.suite, r)
@@ -343,7 +380,7 @@ def load_runs(paths: list[Path]) -> RunSet:
             raise ReportError(
                 f"incompatible runs in suite {r.key.suite!r}: {r.path} has steps_per_task {r.steps_per_task} but {ref.path} has {ref.steps_per_task}"
             )
-    runs = split_by_rules(runs)
+    runs = split_by_network(split_by_rules(runs))
     chosen: dict[tuple[RunKey, int], Run] = {}
     dropped = []
     for r in sorted(runs, key=_preference, reverse=True):

@@ -2,7 +2,12 @@
 
 Each grid point is one ``python -m rl_moe.crl`` run in a deterministic folder
 ``<out>/<suite>/<algo>-<method>-<protocol>-s<seed>``, so re-running the same sweep skips finished
-trials (``results.json`` with ``"complete": true``) and resumes unfinished ones. Trials run on Ray
+trials (``results.json`` with ``"complete": true``) and resumes unfinished ones inside their task.
+Trials start seed by seed (every method's seed 0 before any seed 1), so a sweep stopped at any
+point has given its methods equal seed counts. A ``--method`` entry may be a named variant with
+arguments of its own (``'lossratio=sphere --set reg.sphere.rho=0.05'``, folders
+``<algo>-lossratio-<protocol>-s<seed>``); ``--heldout N`` scores every finished trial on N
+held-out positions (``python -m rl_moe.positions``). Trials run on Ray
 (a local cluster by default, ``--address`` to join one) or, without Ray, side by side in subprocesses
 on this machine (``--backend local``, ``--parallel N`` at a time); ``--backend sequential`` runs them
 one after another.
@@ -30,14 +35,14 @@ per second of wall time.
 from __future__ import annotations
 
 from rl_moe.sweep.run import (  # noqa: F401  (the package's public names)
-    BACKENDS, LocalPlan, Outcome, Outcomes, RayOptions, SweepConfig, SweepError, Throughput, Trial,
+    BACKENDS, LocalPlan, MethodSpec, Outcome, Outcomes, RayOptions, SweepConfig, SweepError, Throughput, Trial,
     TrialRunner, grid, is_complete, local_slots, main, parse, pin_gpu, plan_local, ray_available,
     resolve_backend, run_local, run_ray, run_sequential, run_subprocess, run_sweep, suite_label,
     trained_steps, trial_command, trial_env, validate, visible_gpus, write_manifest,
 )  # fmt: skip
 
 __all__ = [
-    "BACKENDS", "LocalPlan", "Outcome", "Outcomes", "RayOptions", "SweepConfig", "SweepError", "Throughput", "Trial",
+    "BACKENDS", "LocalPlan", "MethodSpec", "Outcome", "Outcomes", "RayOptions", "SweepConfig", "SweepError", "Throughput", "Trial",
     "TrialRunner", "grid", "is_complete", "local_slots", "main", "parse", "pin_gpu", "plan_local", "ray_available",
     "resolve_backend", "run_local", "run_ray", "run_sequential", "run_subprocess", "run_sweep", "suite_label",
     "trained_steps", "trial_command", "trial_env", "validate", "visible_gpus", "write_manifest",

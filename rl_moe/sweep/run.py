@@ -25,8 +25,8 @@ from rl_moe.sweep.backends import (
 )  # fmt: skip
 from rl_moe.sweep.progress import Heartbeat, TrialStates
 from rl_moe.sweep.trials import (
-    Outcome, SweepConfig, SweepError, Trial, TrialRunner, grid, is_complete, run_subprocess, suite_label, trained_steps,
-    trial_command, trial_env,
+    MethodSpec, Outcome, SweepConfig, SweepError, Trial, TrialRunner, grid, heldout_command, is_complete, is_finished, run_subprocess,
+    suite_label, trained_steps, trial_command, trial_env,
 )  # fmt: skip
 
 
@@ -51,6 +51,12 @@ def validate(cfg: SweepConfig, trials: Sequence[Trial]) -> None:
         raise SweepError(str(exc)) from None
     if len(set(cfg.seeds)) != len(cfg.seeds):
         raise SweepError(f"duplicate seeds in --seed {' '.join(map(str, cfg.seeds))}")
+    if cfg.heldout < 0:
+        raise SweepError(f"--heldout must be >= 0 (0: no held-out scoring), got {cfg.heldout}")
+    labels = [m.label for m in cfg.method_specs]
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        raise SweepError(f"--method names {', '.join(twice)} more than once; give each variant a label of its own (LABEL=METHOD ARGS)")
 
     parser = crl.build_parser()
     for trial in trials:
@@ -126,7 +132,7 @@ def run_sweep(
     """
     chosen = resolve_backend(backend, cfg, ray_opts.address)
     trials = grid(cfg)
-    complete = {t.run_dir for t in trials if is_complete(t.run_dir, t.tasks)}
+    complete = {t.run_dir for t in trials if is_finished(t)}
     # A trial whose folder another process is writing (an earlier sweep still running) is left to it.
     busy = {t.run_dir: h for t in trials if t.run_dir not in complete and (h := lock_holder(t.run_dir)) is not None}
     jobs = [(t, trial_command(t, cfg)) for t in trials if t.run_dir not in complete and t.run_dir not in busy]
@@ -196,7 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
         "Arguments after -- are passed to every trial.",
     )
     p.add_argument("--suite", nargs="+", required=True, help="suites (built-in names or .json paths)")
-    p.add_argument("--method", nargs="+", required=True, help="methods (see python -m rl_moe.crl --list)")
+    p.add_argument(
+        "--method", nargs="+", required=True,
+        help="methods (see python -m rl_moe.crl --list), or variants with arguments of their own as one quoted word "
+        "'LABEL=METHOD ARGS' (e.g. 'lossratio=sphere --set reg.sphere.coef_mode=loss_ratio'), whose folders take LABEL",
+    )  # fmt: skip
     p.add_argument("--algo", nargs="+", default=["ppo"], help=f"learners: {' '.join(LEARNERS)} (default ppo)")
     p.add_argument("--protocol", nargs="+", default=["crl"], help="crl and/or rl (default crl)")
     p.add_argument("--seed", nargs="+", type=int, default=[0], help="seeds (default 0)")
@@ -210,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parallel", type=int, default=None, help="local backend: trials side by side (default: as many as the CPUs and GPUs hold)")
     p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs (and threads) per trial")
     p.add_argument("--gpus-per-trial", type=float, default=0.0, help="GPUs per trial (0.5 = two per GPU)")
+    p.add_argument("--heldout", type=int, default=0, help="score each finished trial on N held-out positions (python -m rl_moe.positions; default 0: not)")
     p.add_argument("--dry-run", action="store_true", help="validate and print the trial commands, run nothing")
     p.add_argument("--progress-every", type=float, default=60.0, help="seconds between progress lines (0: none; default 60)")
     return p
@@ -234,7 +245,7 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, SweepConfig]:
     cfg = SweepConfig(
         suites=suites, methods=tuple(args.method), algos=tuple(args.algo), protocols=tuple(args.protocol),
         seeds=tuple(args.seed), out=args.out.resolve(), crl_args=tuple(passthrough),
-        cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, parallel=args.parallel,
+        cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, parallel=args.parallel, heldout=args.heldout,
     )  # fmt: skip
     return args, cfg
 
@@ -251,8 +262,9 @@ def main(argv: Sequence[str] | None = None, runner: TrialRunner = run_subprocess
         validate(cfg, trials)
         if args.dry_run:
             for t in trials:
-                state = "complete, skipped" if is_complete(t.run_dir, t.tasks) else "to run"
-                print(f"# {t.name}: {state}\n{' '.join(trial_command(t, cfg))}")
+                state = "complete, skipped" if is_finished(t) else "to run"
+                then = f"\n{' '.join(heldout_command(t))}" if t.heldout else ""
+                print(f"# {t.name}: {state}\n{' '.join(trial_command(t, cfg))}{then}")
             return 0
         ray_opts = RayOptions(address=args.address, num_cpus=args.num_cpus)
         outcomes = run_sweep(cfg, args.backend, runner, ray_opts, progress_every=args.progress_every)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -34,6 +36,8 @@ class Trial:
     :param run_dir: deterministic run folder (re-running resumes it)
     :param tasks: how many of the suite's tasks the trial trains (None: unknown, the suite does
         not load); a folder holding a finished run of fewer tasks is continued, not skipped
+    :param args: ``rl_moe.crl`` arguments of this trial's method variant alone (:class:`MethodSpec`)
+    :param heldout: score the finished run on this many held-out positions (0: not)
     """
 
     suite: str
@@ -43,10 +47,54 @@ class Trial:
     seed: int
     run_dir: Path
     tasks: int | None = None
+    args: tuple[str, ...] = ()
+    heldout: int = 0
 
     @property
     def name(self) -> str:
         return f"{self.run_dir.parent.name}/{self.run_dir.name}"
+
+
+#: A variant's label becomes part of a folder name: one plain word.
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+]*")
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One ``--method`` entry: a method name (``sphere``), or a named variant of one with
+    ``rl_moe.crl`` arguments of its own, ``"LABEL=METHOD ARGS"``, e.g.
+    ``"lossratio=sphere --set reg.sphere.coef_mode=loss_ratio --set reg.sphere.rho=0.05"``. A
+    variant's trials go to folders named by its label (``ppo-lossratio-crl-s0``); its arguments
+    come after the ones every trial gets, so they win.
+
+    :param label: the name in folders (the method's own name when no label is given)
+    :param method: the ``rl_moe.crl`` method
+    :param args: the variant's own arguments
+    """
+
+    label: str
+    method: str
+    args: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> MethodSpec:
+        """Read one ``--method`` entry.
+
+        :raises SweepError: a label that is not one word, or a variant without a method
+        """
+        try:
+            words = shlex.split(text)
+        except ValueError as exc:
+            raise SweepError(f"--method {text!r}: {exc}") from None
+        if not words:
+            raise SweepError("--method: an empty entry; give a method name or LABEL=METHOD ARGS")
+        head, args = words[0], tuple(words[1:])
+        label, _, method = head.partition("=") if "=" in head else (head, "", head)
+        if not _LABEL.fullmatch(label) or not method:
+            raise SweepError(f"--method {text!r}: expected METHOD or LABEL=METHOD [ARGS] with LABEL a plain word (letters, digits, _ . +)")
+        if args and label == method:
+            raise SweepError(f"--method {text!r}: a variant with arguments of its own needs a label of its own (LABEL={method} {' '.join(args)})")
+        return cls(label, method, args)
 
 
 @dataclass(frozen=True)
@@ -54,7 +102,7 @@ class SweepConfig:
     """What to run and where.
 
     :param suites: suite names or .json paths
-    :param methods: method names
+    :param methods: method names or variants (:class:`MethodSpec`)
     :param algos: learners
     :param protocols: ``crl`` and/or ``rl``
     :param seeds: seeds
@@ -65,6 +113,8 @@ class SweepConfig:
     :param gpus_per_trial: GPUs reserved per trial (fractions share a GPU)
     :param parallel: trials the local backend runs side by side; None: as many as the CPUs and
         GPUs hold (:func:`local_slots`)
+    :param heldout: score each finished trial on this many held-out positions
+        (``python -m rl_moe.positions``; 0: not)
     """
 
     suites: tuple[str, ...]
@@ -77,6 +127,11 @@ class SweepConfig:
     cpus_per_trial: float = 1.0
     gpus_per_trial: float = 0.0
     parallel: int | None = None
+    heldout: int = 0
+
+    @property
+    def method_specs(self) -> tuple[MethodSpec, ...]:
+        return tuple(MethodSpec.parse(m) for m in self.methods)
 
 
 @dataclass(frozen=True)
@@ -130,13 +185,16 @@ def trial_rules_tag(suite: str, algo: str, method: str, crl_args: Sequence[str])
 
 
 def grid(cfg: SweepConfig) -> list[Trial]:
-    """Every grid point in a fixed order (suite, algo, method, protocol, seed); a trial whose
-    ``--set`` changes its suite's rules (clipping, evaluation positions) names them in its folder."""
-    tags = {(s, a, m): trial_rules_tag(s, a, m, cfg.crl_args) for s, a, m in product(cfg.suites, cfg.algos, cfg.methods)}
+    """Every grid point, seed by seed: all of seed 0's trials (suite, algo, method, protocol) before
+    any of seed 1's, so that a sweep stopped at any point has given its methods equal seed counts
+    (within one). A trial whose ``--set`` changes its suite's rules (clipping, evaluation
+    positions) names them in its folder."""
+    specs = cfg.method_specs
+    tags = {(s, a, m): trial_rules_tag(s, a, m.method, (*cfg.crl_args, *m.args)) for s, a, m in product(cfg.suites, cfg.algos, specs)}
     counts = {s: trial_tasks(s, cfg.crl_args) for s in cfg.suites}
     return [
-        Trial(s, m, a, p, seed, cfg.out / suite_label(s) / f"{a}-{m}-{p}{tags[s, a, m]}-s{seed}", counts[s])
-        for s, a, m, p, seed in product(cfg.suites, cfg.algos, cfg.methods, cfg.protocols, cfg.seeds)
+        Trial(s, m.method, a, p, seed, cfg.out / suite_label(s) / f"{a}-{m.label}-{p}{tags[s, a, m]}-s{seed}", counts[s], m.args, cfg.heldout)
+        for seed, s, a, m, p in product(cfg.seeds, cfg.suites, cfg.algos, specs, cfg.protocols)
     ]
 
 
@@ -178,13 +236,13 @@ def trial_command(trial: Trial, cfg: SweepConfig) -> list[str]:
     # extends a run only when --tasks asks for more than it stored).
     stored = stored_tasks(trial.run_dir)
     grow = ["--tasks", str(trial.tasks)] if trial.tasks is not None and stored is not None and stored < trial.tasks and not flag_values(cfg.crl_args, "--tasks") else []
-    vec_env = [] if "--vec-env" in cfg.crl_args else ["--vec-env", resolve_vec_env_type("auto", 2, int(cfg.cpus_per_trial), suite_family(trial.suite))]
-    threads = [] if "--threads" in cfg.crl_args else ["--threads", str(max(1, int(cfg.cpus_per_trial)))]
+    vec_env = [] if "--vec-env" in (*cfg.crl_args, *trial.args) else ["--vec-env", resolve_vec_env_type("auto", 2, int(cfg.cpus_per_trial), suite_family(trial.suite))]
+    threads = [] if "--threads" in (*cfg.crl_args, *trial.args) else ["--threads", str(max(1, int(cfg.cpus_per_trial)))]
     return [
         sys.executable, "-m", "rl_moe.crl",
         "--suite", trial.suite, "--method", trial.method, "--algo", trial.algo,
         "--protocol", trial.protocol, "--seed", str(trial.seed),
-        "--run-dir", str(trial.run_dir), "--no-progress", *vec_env, *threads, *grow, *cfg.crl_args,
+        "--run-dir", str(trial.run_dir), "--no-progress", *vec_env, *threads, *grow, *cfg.crl_args, *trial.args,
     ]  # fmt: skip
 
 
@@ -195,6 +253,27 @@ def trial_env(cfg: SweepConfig) -> dict[str, str]:
     root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "PYTHONPATH": path}
+
+
+def heldout_scored(run_dir: Path, n: int) -> bool:
+    """The run's ``positions-<n>.json`` exists and is not older than its ``results.json`` (a run
+    continued after it was scored is scored again)."""
+    rundir = RunDir(run_dir)
+    scores = rundir.path / f"positions-{n}.json"
+    try:
+        return scores.stat().st_mtime >= rundir.results.stat().st_mtime
+    except OSError:
+        return False
+
+
+def is_finished(trial: Trial) -> bool:
+    """Nothing left to do for the trial: its run is complete and, where asked, scored on held-out positions."""
+    return is_complete(trial.run_dir, trial.tasks) and (trial.heldout == 0 or heldout_scored(trial.run_dir, trial.heldout))
+
+
+def heldout_command(trial: Trial) -> list[str]:
+    """``python -m rl_moe.positions`` on the trial's folder, with one torch thread."""
+    return [sys.executable, "-m", "rl_moe.positions", str(trial.run_dir), "--heldout", str(trial.heldout), "--threads", "1"]
 
 
 def is_complete(run_dir: Path, tasks: int | None = None) -> bool:
@@ -221,13 +300,18 @@ def trained_steps(run_dir: Path) -> int:
 
 
 def run_subprocess(trial: Trial, command: list[str], env: dict[str, str]) -> Outcome:
-    """Run the trial's CLI command, appending its output to ``<run_dir>/sweep.log``."""
+    """Run the trial's CLI command, then, once its run is complete, its held-out scoring where the
+    trial asks for one (:func:`heldout_command`), appending their output to ``<run_dir>/sweep.log``."""
     trial.run_dir.mkdir(parents=True, exist_ok=True)
     log = RunDir(trial.run_dir).sweep_log
     start = time.monotonic()
     with log.open("a") as fh:
-        fh.write(f"$ {' '.join(command)}\n")
-        fh.flush()
-        rc = subprocess.run(command, stdout=fh, stderr=subprocess.STDOUT, env=env, check=False).returncode
-    ok = rc == 0 and is_complete(trial.run_dir, trial.tasks)
+        rc = 0
+        for cmd in (command, heldout_command(trial)):
+            if cmd is not command and (rc != 0 or trial.heldout == 0 or not is_complete(trial.run_dir, trial.tasks)):
+                break
+            fh.write(f"$ {' '.join(cmd)}\n")
+            fh.flush()
+            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, check=False).returncode
+    ok = rc == 0 and is_finished(trial)
     return Outcome(trial, "done" if ok else "failed", rc, time.monotonic() - start, str(log))
