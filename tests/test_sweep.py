@@ -533,11 +533,13 @@ def test_a_method_variant_has_its_own_arguments_and_folder(tmp_path: Path, capsy
     # the variant's own arguments come last, so its --set wins over the one every trial gets
     assert cmd[-6:] == ["--set", "reg.sphere.rho=0.3", "--set", "reg.sphere.coef_mode=loss_ratio", "--set", "reg.sphere.rho=0.05"]
     assert "reg.sphere.coef_mode=loss_ratio" not in trial_command(plain, cfg)
+    (own,) = grid(replace(cfg, methods=("sphere --preset sb3",)))
+    assert own.run_dir.name == "ppo-sphere-crl-s0" and trial_command(own, cfg)[-2:] == ["--preset", "sb3"]
     base = ["--suite", "smoke", "--out", str(tmp_path / "bad"), "--dry-run", "--method"]
     for methods, message in (
         (["sphere", "sphere"], "names sphere more than once"),
         (["a/b=sphere"], "LABEL a plain word"),
-        (["sphere --set reg.sphere.rho=0.05"], "needs a label of its own"),
+        (["sphere", "sphere --set reg.sphere.rho=0.05"], "names sphere more than once"),
         (["x=sphere --set reg.sphere.not_a_field=1"], "not_a_field"),
         (["x=nosuchmethod"], "nosuchmethod"),
     ):

@@ -56,7 +56,7 @@ class Trial:
 
 
 #: A variant's label becomes part of a folder name: one plain word.
-_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+]*")
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,8 @@ class MethodSpec:
     ``rl_moe.crl`` arguments of its own, ``"LABEL=METHOD ARGS"``, e.g.
     ``"lossratio=sphere --set reg.sphere.coef_mode=loss_ratio --set reg.sphere.rho=0.05"``. A
     variant's trials go to folders named by its label (``ppo-lossratio-crl-s0``); its arguments
-    come after the ones every trial gets, so they win.
+    come after the ones every trial gets, so they win. ``"sphere ARGS"`` without a label keeps
+    the method's folder name (one entry per label: the report tells the settings apart).
 
     :param label: the name in folders (the method's own name when no label is given)
     :param method: the ``rl_moe.crl`` method
@@ -91,9 +92,7 @@ class MethodSpec:
         head, args = words[0], tuple(words[1:])
         label, _, method = head.partition("=") if "=" in head else (head, "", head)
         if not _LABEL.fullmatch(label) or not method:
-            raise SweepError(f"--method {text!r}: expected METHOD or LABEL=METHOD [ARGS] with LABEL a plain word (letters, digits, _ . +)")
-        if args and label == method:
-            raise SweepError(f"--method {text!r}: a variant with arguments of its own needs a label of its own (LABEL={method} {' '.join(args)})")
+            raise SweepError(f"--method {text!r}: expected METHOD or LABEL=METHOD [ARGS] with LABEL a plain word (letters, digits, _ . + -)")
         return cls(label, method, args)
 
 
