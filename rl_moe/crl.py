@@ -237,9 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         named = next((flag, value) for flag, value in (("--resume", args.resume), ("--run-dir", args.run_dir), ("--out", args.out)) if value is not None)
+        if args.resume is None and args.run_dir is not None and str(args.run_dir).strip():
+            check_new_run_folder(args.run_dir)  # first: a refused folder of the user's files is left untouched
         check_writable_folder(named[1], named[0])
-        if args.resume is None and args.run_dir is not None:
-            check_new_run_folder(args.run_dir)
     except ValueError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE

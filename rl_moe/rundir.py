@@ -153,6 +153,8 @@ def check_writable_folder(path: str | Path, flag: str) -> None:
     :raises ValueError: one line naming the path and what is wrong
     """
 
+    if not str(path).strip():  # Path("") is the current folder: an empty value is a mistake, not a choice
+        raise ValueError(f"{flag} is empty; give a folder (the runs root defaults to runs)")
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise ValueError(f"{flag} {str(path)!r} is a file, not a folder")

@@ -87,7 +87,7 @@ def test_resuming_an_envpool_run_without_the_package_exits_2(tmp_path: Path, mon
     from rl_moe.continual.resolve import RunRequest, resolve
 
     monkeypatch.setattr(envpool_env, "envpool_installed", lambda: True)
-    cfg = resolve(RunRequest(suite="cw10-cw", tasks=1, vec_env="envpool", preset="tiny"))
+    cfg = resolve(RunRequest(suite="cw10-cw", tasks=2, vec_env="envpool", preset="tiny"))
     run = tmp_path / "run"
     run.mkdir()
     cfg.save(str(run / "config.json"))  # a run that stopped before its first task ended
@@ -308,3 +308,13 @@ def test_a_run_names_its_fallbacks_once_at_its_start(capsys: pytest.CaptureFixtu
     line = capsys.readouterr().err.strip()
     assert line.startswith("note: 3 of 10 tasks run on the official envs, not EnvPool (") and all(t in line for t in ENVPOOL_MISMATCHED)
     assert line.count("EnvPool's version of the task behaves differently") == 3 and "\n" not in line
+
+
+def test_envpool_named_for_a_suite_it_cannot_serve_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """cw10 keeps fixed positions, which EnvPool's MetaWorld cannot: a user who names envpool is
+    told so before anything starts, rather than getting a run on the official envs."""
+    out = tmp_path / "runs"
+    assert main(["--suite", "cw10", "--tasks", "1", "--vec-env", "envpool", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--vec-env envpool cannot run suite 'cw10'" in err and "positions" in err and "auto, dummy, subproc" in err
+    assert not out.exists()

@@ -5,6 +5,7 @@ the progress line say what fills them."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -25,12 +26,22 @@ def test_a_folder_of_the_users_own_files_is_refused_and_left_as_it_was(tmp_path:
     (mine / "data").mkdir(parents=True)
     (mine / "notes.txt").write_text("keep me")
     before = sorted(p.name for p in mine.rglob("*"))
+    os.utime(mine, (1_000_000, 1_000_000))
     assert main([*SMOKE, "--run-dir", str(mine)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         f"error: --run-dir '{mine}' is not empty and not a run folder (it holds data, notes.txt); give a new or empty folder, or a run folder to resume"
     ]
     assert sorted(p.name for p in mine.rglob("*")) == before and (mine / "notes.txt").read_text() == "keep me"
+    assert mine.stat().st_mtime == 1_000_000  # refused before anything was made in it, even a write check
+
+
+@pytest.mark.parametrize("flag", ["--out", "--run-dir"])
+def test_an_empty_folder_name_exits_2_and_writes_nothing(flag: str, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main([*SMOKE, flag, ""]) == 2
+    assert capsys.readouterr().err == f"error: {flag} is empty; give a folder (the runs root defaults to runs)\n"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_new_empty_and_run_folders_are_accepted(tmp_path: Path) -> None:

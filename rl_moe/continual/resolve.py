@@ -116,6 +116,19 @@ def _check_device(device: str) -> None:
             raise UsageError("device 'cuda' requested but no CUDA GPU is available; valid choices here: auto, cpu")
 
 
+def _check_named_pool(vec_env: str, suite: Suite, tasks: tuple[str, ...]) -> None:
+    """``--vec-env envpool`` named by the user on a run none of whose tasks the pool can serve
+    faithfully (the paper's fixed positions rule it out on every MetaWorld task) is refused, not
+    replaced by the official envs; ``auto`` chooses per task, and a run the pool serves in part
+    keeps its per-task notes."""
+    refusal = FAMILIES[suite.family].pool_refusal if vec_env == "envpool" else None
+    if refusal is None:
+        return
+    why = [refusal(t) for t in suite.tasks if t.name in tasks]
+    if all(w is not None for w in why):
+        raise UsageError(f"--vec-env envpool cannot run suite {suite.name!r}: {why[0]}; valid choices here: auto, dummy, subproc")
+
+
 def check_reference(path: str | None) -> None:
     """A forward-transfer reference must be a run folder with a readable results.json."""
     if path is None:
@@ -177,6 +190,7 @@ def resolve(req: RunRequest) -> RunConfig:
     if not 0 <= req.seed <= MAX_SEED:
         raise UsageError(f"--seed must be in 0..{MAX_SEED} (per-task env seeds are derived from it and must stay below 2**32), got {req.seed}")
     _check_device(req.device)
+    _check_named_pool(req.vec_env, suite, tasks)
 
     sections, regs = _sections(req, suite, spec, method)
     n_envs = sections[algo].n_envs
