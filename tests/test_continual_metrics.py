@@ -253,12 +253,13 @@ def test_progress_eta_is_a_lower_bound_until_an_update_is_timed_and_moves_during
     line.num_timesteps = 50
     line._on_step()
     assert line.estimate() == (pytest.approx(250 * 0.02 + 3 * 6.0), False)
-    assert line.stream.getvalue().rstrip().endswith("run ETA >=0:00:23")
+    # the steps are timed, the updates not: no number, which would be a third of the time left
+    assert line.stream.getvalue().rstrip().endswith("run ETA after the first update")
     line._on_rollout_end()
     clock.t += 2.0
     line.on_epoch(2, 10)  # 2 of 10 epochs done in 2 s: a 10 s update, 8 s of it left
     assert line.estimate() == (pytest.approx(250 * 0.02 + 8.0 + 5 * 10.0 + 3 * 6.0), True)
-    assert line.stream.getvalue().rstrip().endswith("update 3/10")
+    assert line.stream.getvalue().rstrip().endswith("run ETA 0:01:21  update 3/10")
     # the next task starts from this one's phases, and counts the end-of-task work
     clock.t += 8.0
     line._on_training_end()
@@ -304,3 +305,24 @@ def test_progress_line_shows_the_update_epoch_and_counts_the_end_of_task_work() 
     assert model.on_epoch is None  # handed back at the end of training
     assert "update" not in out.getvalue().split("\r")[-1]  # the final line shows no stale phase
     assert (line.phases.rollout_steps, line.phases.updates, line.phases.rollout_size) == (128, 2, 64)
+
+
+def test_an_interrupted_progress_line_shows_the_saved_step_not_the_reached_one() -> None:
+    import io
+    import types
+
+    from rl_moe.continual.progress import ProgressLine
+
+    clock = _Clock()
+    line = ProgressLine("[task 2/3 b]", 1000, 400, stream=io.StringIO(), interval=0.0, clock=clock)
+    line.model = types.SimpleNamespace(num_timesteps=1000)  # type: ignore[assignment]
+    line.num_timesteps = 1000
+    line._on_training_start()
+    line._on_rollout_start()
+    clock.t += 1.0
+    line.num_timesteps = 1150  # mid-rollout when the signal came; the last boundary written was 1128
+    line._on_step()
+    assert "      150/400" in line.stream.getvalue().split("\r")[-1]
+    line.stopped(1128)
+    last = line.stream.getvalue().split("\r")[-1]
+    assert "      128/400" in last and last.rstrip().endswith("run ETA stopped (saved at this step)")

@@ -113,7 +113,8 @@ def test_an_interrupted_run_and_its_resume_say_what_was_kept(rollout: int, tmp_p
         original(self, i, steps, hooks)
 
     run = tmp_path / "run"
-    argv = [*SMOKE, "--algo", "ppo", "--set", "ppo.n_steps=32", "--set", "checkpoint.every_steps=0", "--run-dir", str(run)]
+    # with the progress line, whose last frame shows what a resume keeps
+    argv = [*(a for a in SMOKE if a != "--no-progress"), "--algo", "ppo", "--set", "ppo.n_steps=32", "--set", "checkpoint.every_steps=0", "--run-dir", str(run)]
     with monkeypatch.context() as m:
         m.setattr(scheduler.ContinualScheduler, "_learn", learn)
         assert main(argv) == 130
@@ -123,6 +124,8 @@ def test_an_interrupted_run_and_its_resume_say_what_was_kept(rollout: int, tmp_p
     assert "[task 1/2 pendulum-0] building its envs and the model, then evaluating the policy on it before training" in out
     saved = "nothing was saved: task 1/2 stopped before its first update had finished" if rollout == 0 else "task 1/2 is saved up to its step 128,"
     assert f"interrupted; {saved}" in err, err
+    last_frame = err.split("interrupted;")[0].split("\r")[-1]
+    assert "stopped (saved at this step)" in last_frame and f"{128 if rollout else 0:>9,}/" in last_frame, last_frame
     assert main(["--resume", str(run), "--no-progress"]) == 0
     out, err = capsys.readouterr()
     said = "task 1/2 starts from its first step: nothing of it was saved" if rollout == 0 else "resuming task 1/2 inside, at its step 128"

@@ -61,9 +61,11 @@ class ProgressLine(BaseCallback):
     the later tasks') at the measured seconds per update, plus what is left of an update in
     progress, plus the end-of-task work (``pace.tail_seconds``) for this task and each later one.
     This task's measurements are used once it has them, the previous task's (``pace``) before.
-    Until an update and a task's end (or its start evaluation) have been timed, the ETA lacks
-    their share and is shown as a lower bound (``>=0:04:10``); within the first update it is
-    estimated from the epochs done. During a
+    Until the first update has been timed the line says ``run ETA after the first update``: the
+    updates are most of a task's time, and a bound without them read as a third of the truth.
+    Within the first update the ETA is estimated from the epochs done; until a task's end (or its
+    start evaluation) has been timed, it lacks that share and is shown as a lower bound
+    (``>=0:04:10``). During a
     PPO update the line shows the epoch (``update 3/10``), drawn by the learner's ``on_epoch``
     hook, and the ETA moves with it.
 
@@ -170,6 +172,16 @@ class ProgressLine(BaseCallback):
         self.stream.write("\n")
         self.stream.flush()
 
+    def stopped(self, saved_step: int) -> None:
+        """Redraw the line for an interruption: the steps a resume keeps (``saved_step``, global:
+        the last rollout boundary written), not the steps reached, which the next rollout would
+        have counted. The caller ends the line with its own message."""
+        done = min(max(saved_step - self.task_start, 0), self.task_steps)
+        text = fit_line(self.label, done, self.task_steps, None, "stopped (saved at this step)", "", self._columns())
+        self.stream.write(f"\r{text:<{self._drawn}}")
+        self.stream.flush()
+        self._drawn = len(text)
+
     # -- the estimate ---------------------------------------------------------------------------
     def _rates(self) -> tuple[float | None, float | None, int]:
         """Seconds per step, seconds per update and steps per rollout: this task's where measured
@@ -215,8 +227,12 @@ class ProgressLine(BaseCallback):
         done = min(self.num_timesteps - self.task_start, self.task_steps)
         rate = self.steps_per_second
         eta, whole = self.estimate()
-        bound = "" if whole or math.isnan(eta) else ">="
-        text = fit_line(self.label, done, self.task_steps, rate, f"{bound}{hms(eta)}", self._update, self._columns())
+        per_step, per_update, _ = self._rates()
+        if per_step is not None and per_update is None:
+            shown = "after the first update"
+        else:
+            shown = ("" if whole or math.isnan(eta) else ">=") + hms(eta)
+        text = fit_line(self.label, done, self.task_steps, rate, shown, self._update, self._columns())
         # Pad so a shorter line fully covers the previous one (carriage return, no clear).
         self.stream.write(f"\r{text:<{self._drawn}}")
         self.stream.flush()

@@ -436,6 +436,8 @@ class ContinualScheduler:
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep the last rollout boundary
             if hooks.checkpoint is not None:
                 hooks.checkpoint.flush()
+            if hooks.line is not None:  # the line shows what a resume keeps, not the steps reached
+                hooks.line.stopped(hooks.checkpoint.written_step if hooks.checkpoint is not None else self.model.num_timesteps)
             raise
         except (NonFiniteError, ValueError, RuntimeError) as exc:
             bad = diagnose(exc, self.model.policy.parameters())
