@@ -259,6 +259,65 @@ def test_trac_plays_theta_ref_when_its_scale_is_negative() -> None:
     assert theta.item() == 0.0  # theta_ref, not theta_ref + S (theta_base - theta_ref)
 
 
+def _signed_steps(opt, theta: torch.Tensor, signs: list[float]) -> list[float]:
+    out = []
+    for sign in signs:
+        opt.zero_grad()
+        (sign * theta).sum().backward()
+        opt.step()
+        out.append(float(theta.detach().sum()))
+    return out
+
+
+def test_the_authors_recovered_displacement_equals_ours_while_s_is_large() -> None:
+    """On the linear loss S is about 2 from the second step: (theta - ref) / (S + eps) is Adam's
+    iterate to within eps / S, so both variants play the same points to 1e-7."""
+    from rl_moe.algos.trac import TRAC, AuthorsTRAC
+
+    kw = dict(lr=0.1, betas_trac=(0.9, 0.5), s_prior=1.0, trac_eps=1e-8, eps=0.0)
+    a, b = (torch.nn.Parameter(torch.zeros(1, dtype=torch.float64)) for _ in range(2))
+    ours, theirs = TRAC([a], **kw), AuthorsTRAC([b], **kw)
+    assert (theirs.displacement, float(theirs.trac["sigma"][0])) == ("recovered", 1e-8)
+    got_ours, got_theirs = _trac_steps(ours, a, 4), _trac_steps(theirs, b, 4)
+    for x, y in zip(got_ours[1:], got_theirs[1:]):
+        assert y[0] == pytest.approx(x[0], rel=1e-7)
+
+
+def test_the_authors_trac_sticks_at_theta_ref_once_s_falls_below_0_and_ours_recovers() -> None:
+    """One tuner: g = +1 then g = -1 drive S below 0 (the test above). Then the gradient points one
+    way for good. The recovered displacement is 0 at theta_ref, so every later h is 0 and S keeps
+    its sign: the authors' variant plays theta_ref at every step. Ours keeps Adam's iterate, whose
+    h turns S positive again, and leaves theta_ref."""
+    from rl_moe.algos.trac import TRAC, AuthorsTRAC
+
+    kw = dict(lr=0.1, betas_trac=(0.9,), s_prior=1.0, trac_eps=1e-8, eps=0.0)
+    signs = [1.0, -1.0] + [1.0] * 40
+    a, b = (torch.nn.Parameter(torch.zeros(1, dtype=torch.float64)) for _ in range(2))
+    ours, theirs = TRAC([a], **kw), AuthorsTRAC([b], **kw)
+    got_ours, got_theirs = _signed_steps(ours, a, signs), _signed_steps(theirs, b, signs)
+    assert got_theirs[1] == got_ours[1] == 0.0 and theirs.logs()["trac_scale"] <= 0.0
+    assert all(x == 0.0 for x in got_theirs[1:])  # stuck at theta_ref
+    assert ours.logs()["trac_scale"] > 0 and got_ours[-1] < -0.1  # moved on, downhill
+
+
+def test_trac_rebuilt_for_a_grown_network_carries_its_tuners_and_adams_state() -> None:
+    """rebuild_optimizers (plasticity injection) keeps what TRAC holds; a parameter that joins
+    starts at its own value, and the old parameter's trajectory goes on as if nothing grew."""
+    from rl_moe.algos.trac import TRAC
+    from rl_moe.policies.structure import rebuilt_optimizer
+
+    a, a2 = (torch.nn.Parameter(torch.zeros(1, dtype=torch.float64)) for _ in range(2))
+    grown = torch.nn.Parameter(torch.full((2,), 0.5, dtype=torch.float64))
+    first, second = TRAC([a], lr=0.1, s_prior=1.0, betas_trac=(0.9, 0.5)), TRAC([a2], lr=0.1, s_prior=1.0, betas_trac=(0.9, 0.5))
+    _trac_steps(first, a, 3)
+    _trac_steps(second, a2, 3)
+    rebuilt = rebuilt_optimizer(first, [a, grown])
+    assert isinstance(rebuilt, TRAC) and rebuilt.trac["betas"].tolist() == [0.9, 0.5] and rebuilt.trac["s_prior"] == 1.0
+    assert torch.equal(rebuilt.trac["sigma"], first.trac["sigma"]) and rebuilt.base.state[a] is first.base.state[a]
+    assert torch.equal(rebuilt.state[grown]["ref"], grown.detach()) and torch.equal(rebuilt.state[grown]["base"], grown.detach())
+    assert _trac_steps(rebuilt, a, 3) == _trac_steps(second, a2, 3)  # grown has no gradient: a's steps are unchanged
+
+
 def test_trac_state_dict_resumes_the_same_trajectory() -> None:
     from rl_moe.algos.trac import TRAC
 
@@ -276,18 +335,20 @@ def test_trac_state_dict_resumes_the_same_trajectory() -> None:
 
 
 @pytest.mark.parametrize("algo", ["ppo", "td3"])
-def test_the_trac_method_builds_its_learners_optimizers_around_adam(algo: str) -> None:
+@pytest.mark.parametrize("method", ["trac", "trac_authors"])
+def test_the_trac_method_builds_its_learners_optimizers_around_adam(algo: str, method: str) -> None:
     from rl_moe.algos.trac import TRAC
     from rl_moe.continual.agents import build_model
     from rl_moe.continual.resolve import RunRequest, resolve, suite_of
     from rl_moe.envs.factories import make_vec_env, task_factories
     from rl_moe.policies import policy_roles
 
-    cfg = resolve(RunRequest(suite="smoke", algo=algo, method="trac", tasks=1, steps_per_task=64, preset="tiny"))
+    cfg = resolve(RunRequest(suite="smoke", algo=algo, method=method, tasks=1, steps_per_task=64, preset="tiny"))
     suite = suite_of(cfg)
     model = build_model(cfg, make_vec_env(task_factories(suite, suite.tasks[0], 1, 0), "dummy"), "cpu")
     opts = {name: role.optimizer for name, role in policy_roles(model.policy).items()}
     assert all(isinstance(o, TRAC) for o in opts.values())
+    assert {o.displacement for o in opts.values()} == {"kept" if method == "trac" else "recovered"}
     assert opts["actor"].base.defaults["eps"] == (1e-5 if algo == "ppo" else 1e-8)  # SB3's Adam settings kept
 
 

@@ -39,6 +39,8 @@ from torch import Tensor
 #: The paper's discounts beta_1..beta_n.
 TRAC_BETAS: tuple[float, ...] = (0.9, 0.99, 0.999, 0.9999, 0.99999, 0.999999)
 _ERFI_CAP = 20.0
+#: How Adam's displacement theta_base - theta_ref is carried between steps (:class:`TRAC`).
+DISPLACEMENTS: tuple[str, ...] = ("kept", "recovered")
 #: erfi(1/sqrt(2)): a tuner s_j is s_prior erfi(.) / erfi(1/sqrt(2)) (Muppidi et al. 2024; their trac_optimizer package).
 _ERFI_UNIT = float(erfi(2.0**-0.5))
 
@@ -58,6 +60,13 @@ class TRAC(torch.optim.Optimizer):
     :param betas_trac: the tuners' discounts beta_j
     :param s_prior: s_prior, the scale of S's growth
     :param trac_eps: eps in the tuners' denominator
+    :param displacement: ``kept`` (ours): Adam's iterate theta_base is kept from step to step;
+        ``recovered`` (the authors' ``trac_optimizer``): each step recovers it from the played
+        point as theta_ref + (theta - theta_ref) / (S_prev + eps), which bends it while S is near
+        eps and loses it for good once S <= 0 (theta = theta_ref, so the displacement and every
+        later h are 0: the played point sticks at theta_ref). docs/regularizers.md, "TRAC"
+    :param sigma_init: the tuners' sigma_j at the start (ours 0; the authors' code 1e-8, which keeps
+        their first S above 0, where the recovered displacement would otherwise stick at once)
     :param adam_kwargs: Adam's other settings (``eps``, ``betas``, ``weight_decay``, ...)
     """
 
@@ -68,8 +77,17 @@ class TRAC(torch.optim.Optimizer):
         betas_trac: Sequence[float] = TRAC_BETAS,
         s_prior: float = 1e-8,
         trac_eps: float = 1e-8,
+        displacement: str = "kept",
+        sigma_init: float = 0.0,
         **adam_kwargs: Any,
     ) -> None:
+        if displacement not in DISPLACEMENTS:
+            raise ValueError(f"unknown TRAC displacement {displacement!r}; valid choices: {', '.join(DISPLACEMENTS)}")
+        self.displacement = displacement
+        self._settings = {
+            "betas_trac": tuple(betas_trac), "s_prior": float(s_prior), "trac_eps": float(trac_eps), "displacement": displacement,
+            "sigma_init": float(sigma_init),
+        }  # fmt: skip
         params = list(params)
         self.base = torch.optim.Adam(params, lr=lr, **adam_kwargs)
         super().__init__(params, dict(self.base.defaults))
@@ -78,7 +96,7 @@ class TRAC(torch.optim.Optimizer):
         self.trac = {
             "betas": torch.tensor(list(betas_trac), dtype=torch.float64),
             "v": torch.zeros(len(betas_trac), dtype=torch.float64),
-            "sigma": torch.zeros(len(betas_trac), dtype=torch.float64),
+            "sigma": torch.full((len(betas_trac),), float(sigma_init), dtype=torch.float64),
             "scale": torch.zeros((), dtype=torch.float64),
             "s_prior": float(s_prior),
             "eps": float(trac_eps),
@@ -99,6 +117,11 @@ class TRAC(torch.optim.Optimizer):
         params = [p for p in self._params() if p.grad is not None]
         if not params:
             return loss
+        if self.displacement == "recovered":  # the authors' code: theta_base from the point played
+            divisor = float(self.trac["scale"]) + self.trac["eps"]
+            for p in params:
+                ref = self.state[p]["ref"]
+                self.state[p]["base"].copy_(ref + (p - ref) / divisor)
         h = float(torch.stack([torch.sum(p.grad * (self.state[p]["base"] - self.state[p]["ref"])) for p in params]).double().sum())
         for p in params:  # Adam steps its own iterate with the gradient taken at the played point
             p.copy_(self.state[p]["base"])
@@ -119,6 +142,22 @@ class TRAC(torch.optim.Optimizer):
         """``trac_scale``: S, the sum of the tuners (the factor on Adam's displacement from theta_ref is max(S, 0))."""
         return {"trac_scale": float(self.trac["scale"])}
 
+    def rebuilt(self, params: list[Tensor]) -> TRAC:
+        """A TRAC of these settings over ``params`` (a network that grew), carrying what this one
+        holds: the tuners, theta_ref and theta_base, and the inner Adam's state of every parameter
+        it held. A new parameter starts with theta_ref = theta_base = its value, so the point
+        played for it is its value until Adam moves it."""
+        group = {k: v for k, v in self.param_groups[0].items() if k != "params"}
+        new = TRAC(params, **{k: v for k, v in group.items() if k in self.base.defaults}, **self._settings)
+        new.param_groups[0].update(group)
+        new.trac = {k: v.clone() if isinstance(v, Tensor) else v for k, v in self.trac.items()}
+        for p in params:
+            if p in self.state:
+                new.state[p] = self.state[p]
+            if p in self.base.state:
+                new.base.state[p] = self.base.state[p]
+        return new
+
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
         trac = {k: v.clone() if isinstance(v, Tensor) else v for k, v in self.trac.items()}
         return {"trac": super().state_dict(), "tuners": trac, "base": self.base.state_dict()}
@@ -131,5 +170,13 @@ class TRAC(torch.optim.Optimizer):
         self.trac = {k: v.clone() if isinstance(v, Tensor) else v for k, v in state_dict["tuners"].items()}
 
 
+class AuthorsTRAC(TRAC):
+    """TRAC as the authors' ``trac_optimizer`` steps it: the displacement recovered from the point
+    played (``displacement="recovered"``) and the tuners' sigma starting at 1e-8."""
+
+    def __init__(self, params: Iterable[Any], **kwargs: Any) -> None:
+        super().__init__(params, **{"displacement": "recovered", "sigma_init": 1e-8, **kwargs})
+
+
 #: ``Method.optimizer`` name -> the optimizer class the policies take as SB3's ``optimizer_class``.
-OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {"trac": TRAC}
+OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {"trac": TRAC, "trac_authors": AuthorsTRAC}

@@ -90,6 +90,10 @@ METHODS: dict[str, Method] = {
         _reg("load_balance", "load-balancing auxiliary loss"),
         Method("trac", "topk", optimizer="trac", description="Top-K MoE trained by TRAC: Adam's displacement from the initial weights scaled by a parameter-free S (Muppidi et al., 2024)"),
         Method(
+            "trac_authors", "topk", optimizer="trac_authors",
+            description="TRAC as the authors' trac_optimizer steps it: Adam's displacement recovered from the played point each step (sticks at the initial weights once S <= 0)",
+        ),
+        Method(
             "nap", "topk", layer_norm=True, regularizers=("nap",),
             description="Top-K MoE, Normalize-and-Project: LayerNorm before each nonlinearity, each expert's and the gate's hidden weights projected back to their initial norms after every step (Lyle et al., 2024)",
         ),

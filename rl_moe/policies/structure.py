@@ -37,8 +37,13 @@ def rebuilt_optimizer(old: torch.optim.Optimizer, params: list[nn.Parameter]) ->
     """An optimizer of ``old``'s class and settings over ``params``, with ``old``'s state for the
     parameters it held (the same tensors: nothing is copied).
 
+    An optimizer that holds more than its per-parameter state (TRAC: its tuners and an inner
+    Adam) rebuilds itself (``rebuilt(params)``).
+
     :raises ValueError: if ``old`` has several parameter groups (no policy here builds one)
     """
+    if hasattr(old, "rebuilt"):
+        return old.rebuilt(params)
     if len(old.param_groups) != 1:
         raise ValueError(f"cannot rebuild an optimizer of {len(old.param_groups)} parameter groups; valid: 1")
     new = type(old)(params, **old.defaults)
