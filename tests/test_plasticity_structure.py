@@ -186,3 +186,19 @@ def test_a_run_killed_after_an_injection_resumes_to_the_same_policy(tmp_path: Pa
         oa, ob = (torch.load(io.BytesIO(f.read("policy.optimizer.pth")), weights_only=True) for f in (fa, fb))
     assert oa["state"].keys() == ob["state"].keys()
     assert all(torch.equal(oa["state"][k][m], ob["state"][k][m]) for k in oa["state"] for m in oa["state"][k])
+
+
+@pytest.mark.parametrize("name", ["reset", "snp"])
+def test_every_n_updates_counts_td3_gradient_steps_not_its_actor_steps(name: str) -> None:
+    """TD3 with policy_delay 2 makes 40 gradient steps (40 critic steps, 20 delayed actor steps):
+    every 10 updates is every 10 critic steps, 4 times, not 6 (critic and actor steps together)."""
+    import gymnasium as gym
+
+    from rl_moe.algos import MoETD3
+    from rl_moe.policies import MoETD3Policy
+
+    reg = make_regularizer(name, every_updates=10, **({"target": "both"} if name == "reset" else {}))
+    model = MoETD3(MoETD3Policy, gym.make("Pendulum-v1"), regularizers=[reg], learning_starts=24, batch_size=16, seed=0, device="cpu",
+                   policy_kwargs={"n_experts": 4, "top_k": 2, "hidden": (16, 16)})  # fmt: skip
+    model.learn(64)
+    assert (model.policy_delay, getattr(reg, "resets", None) if name == "reset" else reg.applied) == (2, 4)

@@ -26,6 +26,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Phases of an update in which a penalty can be added -> the roles whose loss is optimised there.
 PHASE_ROLES: dict[str, tuple[str, ...]] = {"ppo": ("actor", "critic"), "td3_actor": ("actor",), "td3_critic": ("critic",)}
+#: The phases whose optimizer steps count as the learner's gradient steps, for a method acting
+#: "every N updates": one per PPO minibatch, and one per TD3 gradient step (its critic's; the
+#: actor's delayed steps, one in ``policy_delay``, are not counted).
+GRADIENT_STEP_PHASES: tuple[str, ...] = ("ppo", "td3_critic")
 
 
 class GradScale(NamedTuple):

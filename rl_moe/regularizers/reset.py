@@ -27,6 +27,7 @@ from rl_moe.nn.experts import ACTIVATION_GAINS
 from rl_moe.nn.parts import MoENetwork
 from rl_moe.nn.specnorm import expert_stacks
 from rl_moe.policies import policy_roles
+from rl_moe.regularizers.hooks import GRADIENT_STEP_PHASES
 from rl_moe.regularizers.targets import Targeted, check_target
 
 #: Optimizer state entries reset with a parameter (Adam's).
@@ -41,7 +42,8 @@ class ResetConfig:
         expert's depth resets the whole expert
     :param gate: also reset the gate's output layer (the router logits)
     :param every_updates: 0: at each task boundary (from the second task on); N: every N
-        optimizer steps instead
+        gradient steps instead (PPO's minibatch steps; TD3's critic steps, its delayed actor steps
+        not counted: :data:`~rl_moe.regularizers.hooks.GRADIENT_STEP_PHASES`)
     :param target: ``actor``, ``critic`` or ``both``
     :param seed: seed of the fresh weights
     """
@@ -103,7 +105,7 @@ class Reset(Targeted):
             self.apply(algo.policy)
 
     def after_update(self, algo: Any, phase: str) -> None:
-        if self.config.every_updates > 0:
+        if self.config.every_updates > 0 and phase in GRADIENT_STEP_PHASES:  # TD3's actor steps are not counted
             self._updates += 1
             if self._updates % self.config.every_updates == 0:
                 self.apply(algo.policy)

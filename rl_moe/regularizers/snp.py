@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rl_moe.regularizers.hooks import LossContext, Penalty
+from rl_moe.regularizers.hooks import GRADIENT_STEP_PHASES, LossContext, Penalty
 from rl_moe.policies import policy_roles
 from rl_moe.regularizers.targets import Targeted, check_target, parameter_names
 
@@ -31,7 +31,8 @@ class SNPConfig:
 
     :param shrink: lambda, the factor the parameters are multiplied by
     :param noise: sigma, the noise in units of each tensor's initial standard deviation
-    :param every_updates: 0: at each task boundary (from the second task on); N: every N optimizer steps
+    :param every_updates: 0: at each task boundary (from the second task on); N: every N gradient
+        steps (PPO's minibatch steps; TD3's critic steps, its delayed actor steps not counted)
     :param target: ``actor``, ``critic`` or ``both``
     :param seed: seed of the noise
     """
@@ -77,7 +78,7 @@ class ShrinkPerturb(Targeted):
             self.apply(algo)
 
     def after_update(self, algo: Any, phase: str) -> None:
-        if self.config.every_updates > 0:
+        if self.config.every_updates > 0 and phase in GRADIENT_STEP_PHASES:  # TD3's actor steps are not counted
             self._updates += 1
             if self._updates % self.config.every_updates == 0:
                 self.apply(algo)
