@@ -53,7 +53,8 @@ def test_one_unbatched_observation_gives_the_batched_row_without_its_batch_axis(
         got = net(x)
         assert got.out.shape == (4,) and got.out.dtype == torch.float32 and torch.equal(got.out, want.out[0])
         assert torch.equal(got.probs, want.probs[0]) and torch.equal(got.indices, want.indices[0])
-        assert got.phi().shape == want.phi().shape  # groups keep the batch of one
+        assert torch.equal(got.phi(), want.phi()[0]) and got.phi().ndim == 1  # (m,), as out is (D,)
+        assert got.groups[0].dispatch.n_samples == 1  # the groups keep the batch of one
     assert net(torch.as_tensor(obs[None], dtype=torch.float32)).out.shape == (1, 4)  # a batch of one stays one
 
 

@@ -75,9 +75,9 @@ def _as_network_input(net: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] 
 
 def _as_network_output(net: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
     """For an unbatched observation, the per-sample fields without the batch axis (``out``:
-    ``(out_dim,)``, as ``nn.Linear`` does); ``groups`` and ``phi()`` keep the batch of one."""
+    ``(out_dim,)``, as ``nn.Linear`` does) and ``phi()`` likewise; ``groups`` keep the batch of one."""
     calls = net.__dict__.get("_unbatched_calls")
     unbatched = calls.pop() if calls else False
     if not unbatched or not isinstance(output, MoEOutput):
         return None
-    return output._replace(**{f: getattr(output, f)[0] for f in _PER_SAMPLE})
+    return output._replace(**{f: getattr(output, f)[0] for f in _PER_SAMPLE}, unbatched=True)

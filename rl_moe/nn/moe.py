@@ -53,9 +53,11 @@ class MoEOutput(NamedTuple):
     gate_embedding: Tensor  # (N, G) last hidden layer of the gate
     groups: tuple[ExpertGroup, ...]  # expert stacks (DS-MoE has a shared and a routed one)
     aux: AuxLosses = AuxLosses()
+    unbatched: bool = False  # the input was one observation (obs_dim,): phi() drops the batch axis too
 
     def phi(self, layer: int = -1, weighted: bool = True) -> Tensor:
-        """Dense Phi (N, m): concatenated (routing-weighted) expert features of a hidden layer (SPHERE §4.4).
+        """Dense Phi (N, m): concatenated (routing-weighted) expert features of a hidden layer (SPHERE §4.4);
+        ``(m,)`` for one unbatched observation, as ``out`` is ``(D,)``.
 
         Rows of unselected experts are zero. Only for small problems, tests and diagnostics: the
         SPHERE penalty works from the per-expert blocks directly.
@@ -67,7 +69,8 @@ class MoEOutput(NamedTuple):
             block = h.new_zeros(d.n_samples, d.n_experts, h.shape[1])
             block = block.index_put((d.sample_idx, d.expert_idx), vals)
             blocks.append(block.reshape(d.n_samples, -1))
-        return torch.cat(blocks, dim=1)
+        phi = torch.cat(blocks, dim=1)
+        return phi[0] if self.unbatched else phi
 
 
 def _combine(dispatch: Dispatch, expert_out: Tensor, out_dim: int) -> Tensor:
