@@ -234,7 +234,7 @@ class Sphere(Regularizer):
         self._sync_free = False
         self._last_gram: Tensor | None = None  # the sync-free path's latest A_last Gram, ranked in logs()
         self._last_trace: Tensor | None = None  # tr(A_last) of the latest call, read once per update in logs()
-        self._trace0: float | None = None  # tr(A_last) at the run's first update: the fresh network's
+        self._trace0: float | None = None  # tr(A_last) at the end of the run's first update (already penalized for one update)
 
     @property
     def graph_safe(self) -> bool:
