@@ -59,8 +59,9 @@ def test_a_sphere_run_logs_collapse_trace_and_action_box(tmp_path: Path) -> None
     assert len(flags) >= 3 and set(flags) <= {0.0, 1.0}
     ratios = [v for _, v in scalars["train/sphere_trace_ratio"]]
     traces = [v for _, v in scalars["train/sphere_trace"]]
-    assert ratios[0] == 1.0 and all(r > 0 for r in ratios)
-    assert ratios == pytest.approx([t / traces[0] for t in traces])
+    assert all(r > 0 for r in ratios)
+    fresh = traces[0] / ratios[0]  # one baseline for the run: the fresh network's (tests/test_sphere.py)
+    assert ratios == pytest.approx([t / fresh for t in traces])
     for tag in ("policy/mean_outside_box", "policy/mean_outside_box_online"):
         assert scalars[tag] and all(0.0 <= v <= 1.0 for _, v in scalars[tag]), tag
 

@@ -413,3 +413,46 @@ def test_lambda_watch_warns_once_when_it_stays_high(capsys: pytest.CaptureFixtur
         Sphere(pcgrad=True, coef_mode="loss_ratio")
     capped = Sphere(rho=0.5, coef_mode="loss_ratio", max_coef=0.01, rank_every=0)
     assert capped._coefficient("actor", torch.tensor(10.0), torch.tensor(1e-6)) == pytest.approx(0.01)
+
+
+def test_the_trace_ratio_is_against_the_fresh_network_and_every_moe_run_logs_the_trace(tmp_path) -> None:
+    """``train/sphere_trace_ratio`` divides by tr(A_last) of the run's first minibatch, the fresh
+    network's features before any step (issue 72: it divided by the first update's last minibatch,
+    already penalized). ``train/feature_trace`` is the same quantity logged by the learner for
+    every MoE actor, SPHERE or not: SPHERE's curve and its control."""
+    import copy
+
+    from rl_moe.regularizers import make_regularizer
+    from tests.conftest import moe_ppo
+
+    reg = make_regularizer("sphere", rho=0.1, rank_every=0)
+    model = moe_ppo(regularizers=[reg], batch_size=128, n_epochs=3)  # 2 envs x 64 steps: one minibatch per epoch
+    fresh = copy.deepcopy(model.policy)
+    model.learn(128)
+    obs = torch.as_tensor(model.rollout_buffer.observations.reshape(128, -1))
+    with torch.no_grad():
+        want = float(fresh.actor_net(obs).feature_trace())
+    assert reg._trace0 == pytest.approx(want, rel=1e-5)
+    logs = reg.logs()
+    assert logs["sphere_trace_ratio"] == pytest.approx(logs["sphere_trace"] / want, rel=1e-5)
+    assert abs(logs["sphere_trace_ratio"] - 1.0) > 1e-3  # three penalized steps moved it: the old baseline gave exactly 1 here
+
+
+def _scalars_of(run):
+    from rl_moe.fingerprint import scalars
+
+    return scalars(run)
+
+
+@pytest.mark.parametrize("method", ["topk", "sphere"])
+def test_every_moe_run_logs_the_feature_trace_and_sphere_s_equals_it(method: str, tmp_path) -> None:
+    from rl_moe.crl import main
+    from tests.conftest import CLI_TINY
+
+    run = tmp_path / "run"
+    assert main(["--suite", "smoke", "--method", method, "--tasks", "1", "--steps-per-task", "384", *CLI_TINY, "--run-dir", str(run)]) == 0
+    tags = _scalars_of(run)
+    trace = [v for _, v in tags["train/feature_trace"]]
+    assert len(trace) >= 2 and all(v > 0 for v in trace)
+    if method == "sphere":  # the learner's and SPHERE's reading of the same last minibatch
+        assert trace == pytest.approx([v for _, v in tags["train/sphere_trace"]], rel=1e-5)

@@ -31,6 +31,7 @@ minibatch; the epochs before are the same.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -165,6 +166,9 @@ class PPOUpdate:
         self.stats = torch.zeros(len(_STATS), device=self.device)  # summed over the update
         self.kl = torch.zeros((), device=self.device)  # summed over the current epoch
         self.total = torch.zeros((), device=self.device)  # the last minibatch's total loss
+        #: tr(A_last) of the actor's routed features in the last minibatch (SPHERE's features; NaN
+        #: until an expert network has run): every MoE run's control curve beside train/sphere_trace
+        self.feature_trace = torch.full((), float("nan"), device=self.device)
         self.clip_range = torch.zeros((), device=self.device)
         self.clip_range_vf = torch.zeros((), device=self.device)
         #: Minibatch order of an epoch: (rows, device) -> (rows,) long on the device. Tests swap in
@@ -256,6 +260,9 @@ class PPOUpdate:
         policy = algo.policy
         with static_shapes(self.static), no_distribution_checks():
             losses = ppo_losses(algo, batch, clip_range, clip_range_vf)
+            trace = None if losses.actor_output is None else losses.actor_output.feature_trace()
+            if trace is not None:  # the features the step starts from; a copy, no host read
+                self.feature_trace.copy_(trace)
             policy.optimizer.zero_grad(set_to_none=True)
             ctx = losses.context(algo, batch, sync_free=sync_free)
             total = regularized_backward(algo.regularizers, ctx, losses.actor, algo.vf_coef * losses.value, policy.parameters(), self.terms)
@@ -338,12 +345,14 @@ class PPOUpdate:
         algo = self.algo
         logger = algo.logger
         # The one read of the update: statistics, KL, total loss and the regularizer sums.
-        head = torch.cat([self.stats / max(n_minibatches, 1), (self.kl / max(last_epoch, 1))[None], self.total[None]])
+        head = torch.cat([self.stats / max(n_minibatches, 1), (self.kl / max(last_epoch, 1))[None], self.total[None], self.feature_trace[None]])
         values = head.cpu().tolist()
         for name, value in zip(_STATS, values):
             logger.record(f"train/{name}", value)
         logger.record("train/approx_kl", values[len(_STATS)])
         logger.record("train/loss", values[len(_STATS) + 1])
+        if not math.isnan(values[len(_STATS) + 2]):  # NaN: the actor has no expert stacks
+            logger.record("train/feature_trace", values[len(_STATS) + 2])
 
         buffer = algo.rollout_buffer
         logger.record("train/explained_variance", explained_variance(buffer.values.flatten(), buffer.returns.flatten()))

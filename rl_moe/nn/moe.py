@@ -55,6 +55,16 @@ class MoEOutput(NamedTuple):
     aux: AuxLosses = AuxLosses()
     unbatched: bool = False  # the input was one observation (obs_dim,): phi() drops the batch axis too
 
+    def feature_trace(self) -> Tensor | None:
+        """tr(A_last) = sum_i ||phi_i||^2 / N, phi_i the routing-weighted last-hidden expert
+        features of sample i (SPHERE's features, whose Gram trace ``train/sphere_trace`` logs), as
+        a () tensor with no host read and no graph; None without expert stacks."""
+        if not self.groups:
+            return None
+        n = self.groups[0].dispatch.n_samples
+        total = sum((g.dispatch.weight.detach()[:, None] * g.expert.hidden[-1].detach()).square().sum() for g in self.groups)
+        return total / n
+
     def phi(self, layer: int = -1, weighted: bool = True) -> Tensor:
         """Dense Phi (N, m): concatenated (routing-weighted) expert features of a hidden layer (SPHERE §4.4);
         ``(m,)`` for one unbatched observation, as ``out`` is ``(D,)``.

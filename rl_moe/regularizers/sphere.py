@@ -234,7 +234,8 @@ class Sphere(Regularizer):
         self._sync_free = False
         self._last_gram: Tensor | None = None  # the sync-free path's latest A_last Gram, ranked in logs()
         self._last_trace: Tensor | None = None  # tr(A_last) of the latest call, read once per update in logs()
-        self._trace0: float | None = None  # tr(A_last) at the end of the run's first update (already penalized for one update)
+        self._trace0: float | None = None  # tr(A_last) of the fresh network: the run's first minibatch, before any step
+        self._fresh: Tensor | None = None  # that value on the device until logs() reads it
 
     @property
     def graph_safe(self) -> bool:
@@ -360,6 +361,8 @@ class Sphere(Regularizer):
         stats = gram_stats(blocks, cfg.space)
         if log_rank:
             self._last_trace = stats.trace.detach()
+            if self._trace0 is None and self._fresh is None:  # the first call: the features before any update
+                self._fresh = self._last_trace.clone()
         if log_rank and cfg.rank_every:
             if self._sync_free:  # an eigvalsh reads the device: rank the latest Gram once per update
                 self._last_gram = stats.gram.detach()
@@ -375,10 +378,10 @@ class Sphere(Regularizer):
             self._last["sphere_feature_rank"] = effective_rank(self._last_gram)
         if self._last_trace is not None:
             trace = float(self._last_trace)
-            if self._trace0 is None:
-                self._trace0 = trace
+            if self._trace0 is None and self._fresh is not None:
+                self._trace0, self._fresh = float(self._fresh), None
             self._last["sphere_trace"] = trace
-            self._last["sphere_trace_ratio"] = trace / self._trace0 if self._trace0 > 0 else float("nan")
+            self._last["sphere_trace_ratio"] = trace / self._trace0 if self._trace0 else float("nan")
         return dict(self._last)
 
     def logged(self, values: dict[str, float]) -> None:
