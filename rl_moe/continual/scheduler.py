@@ -1,5 +1,8 @@
 """The continual-task scheduler (SPHERE §5.1): one agent through the tasks (CRL) or a fresh agent
-per task (RL), with evaluation, checkpoints, ``results.json`` and resume.
+per task (RL), with evaluation, checkpoints, ``results.json`` and resume. This module is the main
+loop and the model; each task's envs (:mod:`~rl_moe.continual.scheduler_envs`), its evaluation
+(:mod:`~rl_moe.continual.scheduler_eval`) and the run folder's files
+(:mod:`~rl_moe.continual.scheduler_files`) are mixins of :class:`ContinualScheduler`.
 
 CRL keeps the *whole* learner between tasks: parameters, the Adam state and the global step
 (the paper resumes "from the final parameters of the previous task"; keeping the optimizer's
@@ -27,34 +30,28 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv,
 
 from rl_moe.algos.common import RegularizedMixin
 from rl_moe.algos.guard import NonFiniteError, diagnose
-from rl_moe.atomic import write_atomic
 from rl_moe.continual import intask, rng
 from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.continual.config import RunConfig
-from rl_moe.continual.evaluation import EvalEnvs, EvalPoint, EvalResult, PeriodicEval, append_point, evaluate, fix_mmap_threshold, release_memory
+from rl_moe.continual.evaluation import EvalEnvs, PeriodicEval, fix_mmap_threshold
 from rl_moe.continual.intask import InTaskCheckpoint
 from rl_moe.continual.learners import get_learner
 from rl_moe.continual.probe_states import default_probe_policy, load_or_collect, make_probe_callback, probe_factories
-from rl_moe.continual.progress import Pace, ProgressLine, draw_evaluation
+from rl_moe.continual.progress import Pace, ProgressLine
 from rl_moe.continual.resolve import suite_of
 from rl_moe.continual.run_view import RunView
 from rl_moe.continual.results import Results, reference_aucs
-from rl_moe.continual.state_files import load_regularizer_state, save_regularizer_state
-from rl_moe.envs.backend_choice import OFFICIAL, BackendChoice, Candidate, choose_backend, recorded_backend
-from rl_moe.envs.factories import EnvFactory, announce_fallbacks, make_vec_env, may_pool, task_factories
+from rl_moe.continual.scheduler_envs import TaskEnvs
+from rl_moe.continual.scheduler_eval import SUCCESS_AFTER_TASK, TASK_INDEX_TAGS, TaskEvaluation  # noqa: F401  (the tags' names, imported from here)
+from rl_moe.continual.scheduler_files import RunFiles
+from rl_moe.envs.factories import announce_fallbacks, may_pool
 from rl_moe.envs.families import get_family
 from rl_moe.envs.stages import EpisodeStages
 from rl_moe.envs.threads import KEEP_THREADS, ThreadGovernor, ThreadPlan
 from rl_moe.errors import DivergedError
 from rl_moe.provenance import code_version, vec_env_backend
 from rl_moe.rundir import RunDir
-from rl_moe.tblog import dump_keys, logged_at, tensorboard_logger
-
-
-#: Own-task success logged with the task index as its x axis (docs/metrics.md), not the global step.
-SUCCESS_AFTER_TASK = "cl/success_after_task"
-#: Every tag logged against the task index.
-TASK_INDEX_TAGS = (SUCCESS_AFTER_TASK,)
+from rl_moe.tblog import logged_at, tensorboard_logger
 
 
 @dataclass
@@ -96,7 +93,7 @@ def resolve_device(device: str) -> str:
     return device
 
 
-class ContinualScheduler:
+class ContinualScheduler(TaskEnvs, TaskEvaluation, RunFiles):
     """Trains, evaluates and checkpoints a run described by ``cfg`` inside ``run_dir``.
 
     :param cfg: resolved run configuration (``config.json`` of the run)
@@ -152,79 +149,6 @@ class ContinualScheduler:
         # The steps a task really runs (PPO rounds the budget up to whole rollouts).
         return Results(cfg.suite_name, cfg.algo, cfg.method, cfg.protocol, cfg.seed, list(cfg.tasks), cfg.effective_steps_per_task, rules=cfg.rules())
 
-    def _seed(self, stream: str, task_index: int) -> int:
-        return rng.env_seed(self.cfg.seed, stream, task_index)
-
-    def eval_factories(self, j: int, heldout: bool | None = None, n_envs: int | None = None) -> list[EnvFactory]:
-        """Fixed-seed eval envs of task ``j`` (:meth:`RunView.eval_factories`)."""
-        return self.view.eval_factories(j, heldout, n_envs)
-
-    def _fixed_backend(self) -> BackendChoice:
-        """The run's backend (under ``auto``, the official envs until a task chooses)."""
-        vec_type = self.cfg.vec_env
-        if vec_type == "auto":
-            return BackendChoice(OFFICIAL)
-        return BackendChoice(Candidate(vec_type, self.threads.pool_threads if vec_type == "envpool" else 0))
-
-    def _choose_backend(self, i: int, factories: list[EnvFactory], measure: bool) -> BackendChoice:
-        """Task ``i``'s training backend: the run's, or under ``--vec-env auto`` the one the task
-        already ran on (a rerun) or else, with ``measure``, the fastest here and now
-        (:mod:`rl_moe.envs.backend_choice`)."""
-        if self.cfg.vec_env != "auto":
-            return self._fixed_backend()
-        recorded = recorded_backend(self.results.provenance, i, self.threads.pool_threads)
-        if recorded is not None or not measure:
-            return recorded or BackendChoice(OFFICIAL)
-        choice = choose_backend(factories, self.threads.pool_threads)
-        release_memory()  # the measured envs are closed: hand their heap back (see release_memory)
-        note = choice.note(self.tasks[i].name)
-        if note is not None:
-            print(note, file=sys.stderr)
-        return choice
-
-    def _make_env(self, i: int, previous: VecEnv | None, measure: bool = True) -> VecEnv:
-        factories = task_factories(self.suite, self.tasks[i], self.algo_cfg.n_envs, self._seed("train", i))
-        self._backend = self._choose_backend(i, factories, measure)
-        env: VecEnv = make_vec_env(factories, self._backend.chosen.vec_type, self._backend.chosen.workers)
-        if self.algo_cfg.normalize_obs:
-            env = VecNormalize(env, norm_obs=True, norm_reward=self.algo_cfg.normalize_reward, gamma=self.algo_cfg.gamma)
-            # CRL: input statistics belong to the agent and carry over; RL starts afresh.
-            if self.cfg.protocol == "crl" and isinstance(previous, VecNormalize):
-                env.obs_rms, env.ret_rms = copy.deepcopy(previous.obs_rms), copy.deepcopy(previous.ret_rms)
-        return env
-
-    def _eval_workers(self) -> int:
-        """The pool's workers for evaluation: the training task's (the run's under ``envpool``;
-        under ``auto`` one when it measured the official envs faster: the machine is busy)."""
-        return max(1, self._backend.chosen.workers)
-
-    def _obs_rms(self) -> Any:
-        return self.env.obs_rms if isinstance(self.env, VecNormalize) else None
-
-    def _evaluate(self, j: int, n_episodes: int, reuse: bool = True, beside: bool = True) -> EvalPoint:
-        """Score task ``j`` under ``eval.positions`` (:class:`EvalPoint`).
-
-        :param beside: also score the held-out positions under ``both`` (the matrix's other
-            columns skip them: only the main view enters the success matrix)
-        """
-        main = self._evaluate_view(j, n_episodes, reuse, None)
-        heldout = self._evaluate_view(j, n_episodes, reuse, True) if beside and self.cfg.eval.positions == "both" else None
-        return EvalPoint(main, heldout)
-
-    def _evaluate_view(self, j: int, n_episodes: int, reuse: bool, heldout: bool | None) -> EvalResult:
-        """One view of task ``j``. The training task's eval envs are built once and reused (its
-        periodic evaluations); other tasks' are built for one evaluation and closed: holding
-        every task's envs would cost ~18 MB per MetaWorld env."""
-        assert self.model is not None
-        if not reuse:
-            return evaluate(self.model, self.eval_factories(j, heldout), n_episodes, self._obs_rms(), self.cfg.vec_env)
-        key = (j, heldout)
-        for k in [k for k in self._eval_envs if k[0] != j]:
-            self._eval_envs.pop(k).close()
-        if key not in self._eval_envs:
-            self._eval_envs[key] = EvalEnvs(self.eval_factories(j, heldout), self.cfg.vec_env, self._eval_workers())
-        return evaluate(self.model, self._eval_envs[key], n_episodes, self._obs_rms())
-
     # ---- main loop ---------------------------------------------------------------------------
     def run(self) -> Results:
         """Train the remaining tasks; returns the final :class:`Results` (also on disk)."""
@@ -277,14 +201,6 @@ class ContinualScheduler:
             if self.logger is not None:
                 self.logger.close()
         return res
-
-    def _close_env(self) -> None:
-        if self.env is not None:
-            try:
-                self.env.close()
-            except (EOFError, BrokenPipeError, ConnectionResetError):
-                pass  # subprocess workers already gone (Ctrl-C reaches them too)
-            self.env = None
 
     def _prepare_model(self, i: int, env: VecEnv) -> None:
         fresh = self.model is None or self.cfg.protocol == "rl"
@@ -375,10 +291,6 @@ class ContinualScheduler:
         self._evaluate_and_store(i, task.seconds)
         self._pace.tail_seconds = time.perf_counter() - trained
 
-    def _backend_record(self) -> dict[str, Any]:
-        """Under ``--vec-env auto``, the pool's workers and the measured rates (none on a rerun)."""
-        return self._backend.record() if self.cfg.vec_env == "auto" else {}
-
     def _task_callbacks(self, task: TaskRun, probe_states: torch.Tensor | None, env: VecEnv) -> TaskCallbacks:
         """The callbacks of ``task``'s ``learn`` (periodic evaluation, threads, episode stages,
         probe, progress line, the caller's, in-task checkpoint), resumed from its in-task checkpoint if any."""
@@ -445,152 +357,6 @@ class ContinualScheduler:
                 raise
             step = int(self.model.num_timesteps)
             raise DivergedError(f"{bad} at step {step} in task {i + 1} ({self.tasks[i].name})") from exc
-
-    def _record_in_task(self, task_start: int, step: int) -> None:
-        """results.json says how far the unfinished task got (its last in-task checkpoint)."""
-        self.results.in_task = {"task_start": task_start, "step": step}
-        self.results.save(self.files.results)
-
-    def _read_in_task(self) -> dict[str, Any] | None:
-        """The unfinished task's in-task checkpoint, or None (with one line when one exists but
-        cannot be used: the task then restarts from its start, and the file stays for inspection
-        until the next in-task checkpoint replaces it)."""
-        res, path = self.results, self.files.in_task
-        i = res.finished_tasks
-        if i >= len(self.tasks) or res.evaluated_tasks != res.finished_tasks or not get_learner(self.cfg.algo).in_task_checkpoints:
-            return None
-        try:
-            state = intask.read(path)
-        except ValueError as exc:
-            print(f"note: the in-task checkpoint {path} is {exc}; task {i + 1} restarts from its start", file=sys.stderr)
-            return None
-        if state is None:
-            return None
-        if state["task"] < i:  # killed after its task's checkpoint, before removing it: superseded
-            path.unlink(missing_ok=True)
-            return None
-        if state["task"] != i or state["task_start"] != res.global_step:
-            print(f"note: the in-task checkpoint {path} belongs to task {state['task'] + 1}, not task {i + 1}; task {i + 1} restarts from its start", file=sys.stderr)
-            return None
-        return state
-
-    def _evaluate_and_store(self, i: int, train_seconds: float) -> None:
-        res = self.results
-        t1 = time.perf_counter()
-        row = self._evaluate_row(i)
-        eval_seconds = time.perf_counter() - t1
-        own = row[i]
-        assert own is not None
-        end = res.global_step
-        res.success_matrix[i] = [None if r is None else r.success for r in row]
-        res.own_per_env[i] = own.main.per_env()
-        append_point(res.eval_curves[self.tasks[i].name], end, own.curve_values())
-        res.evaluated_tasks = i + 1
-        res.save(self.files.results)
-        self._log_task(i, end, own, row, train_seconds, eval_seconds)
-
-    def _probe_input(self, states: torch.Tensor) -> torch.Tensor:
-        rms = self._obs_rms()
-        if rms is None:
-            return states
-        # The actor sees normalized observations under VecNormalize; probe it the same way.
-        assert isinstance(self.env, VecNormalize)
-        return torch.as_tensor(self.env.normalize_obs(states.numpy()), dtype=torch.float32)
-
-    def _evaluate_row(self, i: int) -> list[EvalPoint | None]:
-        cols = self._matrix_columns(i)
-        row: list[EvalPoint | None] = [None] * len(self.tasks)
-        for k, j in enumerate(cols):
-            if self.progress:
-                draw_evaluation(self._label(i), k, len(cols))
-            row[j] = self._evaluate(j, self.cfg.eval.matrix_episodes, reuse=j == i, beside=j == i)
-        if self.progress:
-            draw_evaluation(self._label(i), len(cols), len(cols))
-        release_memory()
-        return row
-
-    def _matrix_columns(self, i: int) -> list[int]:
-        """The tasks evaluated at the end of task ``i`` (the success matrix's row)."""
-        last = i == len(self.tasks) - 1
-        return list(range(len(self.tasks))) if (self.cfg.eval.full_matrix or last) else [i]
-
-    def _label(self, i: int) -> str:
-        return f"[task {i + 1}/{len(self.tasks)} {self.tasks[i].name}]"
-
-    def _store_trained(self, i: int, start: int, end: int, curve: dict[str, list]) -> None:
-        """Mark task ``i`` finished (its checkpoint is durable) with its periodic-eval curve."""
-        res = self.results
-        merged = res.eval_curves.setdefault(self.tasks[i].name, {"steps": [], "success": [], "return": []})
-        n = len(merged["steps"])
-        for key, values in curve.items():  # a key new to a resumed run's curve is padded in front
-            column = merged.setdefault(key, [])
-            column.extend([None] * (n - len(column)) + list(values))
-        res.task_segments = res.task_segments[:i] + [[start, end]]
-        res.global_step = end
-        res.finished_tasks = i + 1
-        res.in_task = None
-        res.evaluated_tasks = i
-        res.save(self.files.results)
-
-    def _log_task(self, i: int, end: int, own: EvalPoint, row: list[EvalPoint | None], train_s: float, eval_s: float) -> None:
-        log = self.logger
-        assert log is not None
-        seen = [r.success for r in row[: i + 1] if r is not None]
-        log.record("cl/own_success", own.success)
-        log.record("cl/avg_success_seen", sum(seen) / len(seen))
-        log.record("time/task_seconds", train_s)
-        log.record("time/matrix_eval_seconds", eval_s)
-        dump_keys(log, ("cl/own_success", "cl/avg_success_seen", "time/task_seconds", "time/matrix_eval_seconds"), end)
-        log.record(SUCCESS_AFTER_TASK, own.success)
-        dump_keys(log, TASK_INDEX_TAGS, i)
-
-    def _finish(self) -> None:
-        res, log = self.results, self.logger
-        if not res.complete or log is None:
-            return
-        metrics = res.cl_metrics()
-        keys = [f"cl/{key}" for key, value in metrics.items() if value is not None]
-        for key in keys:
-            log.record(key, metrics[key[3:]])
-        dump_keys(log, keys, res.global_step)
-        res.save(self.files.results)
-
-    # ---- checkpoints ---------------------------------------------------------------------------
-    def _save_checkpoint(self, i: int) -> None:
-        assert self.model is not None
-        path = self.view.checkpoint(i)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Every file lands atomically and on disk before results.json names the task finished;
-        # the checkpoint .zip last, since resume checks it first. Replay buffers are not part
-        # of SB3's .zip; nothing large is written.
-        if isinstance(self.model, RegularizedMixin):
-            save_regularizer_state(RunDir.regularizer_state(path), self.model.regularizer_state())
-        if isinstance(self.env, VecNormalize):
-            env = self.env
-            write_atomic(RunDir.vecnormalize(path), lambda tmp: env.save(tmp))
-        self._boundary_state = rng.capture(self.model)
-        boundary = self._boundary_state
-        write_atomic(RunDir.training_state(path), lambda tmp: torch.save(boundary, tmp))
-        model = self.model
-
-        def save_zip(tmp: str) -> None:
-            with open(tmp, "wb") as fh:  # a handle: SB3 would append ".zip" to a path
-                model.save(fh)
-
-        write_atomic(path, save_zip)
-
-    def _load_regularizers(self, checkpoint: Path) -> None:
-        """Continue the regularizers where the finished task left them (CBP utilities and ages,
-        the C-CHAIN snapshot, ReDo and SPHERE counters); runs without the file start them fresh."""
-        state = load_regularizer_state(RunDir.regularizer_state(checkpoint))
-        if state is None:
-            print(f"note: no regularizer state beside {checkpoint.name}; regularizers restart fresh", file=sys.stderr)
-        elif isinstance(self.model, RegularizedMixin):
-            self.model.load_regularizer_state(state)
-
-    def load_vecnormalize(self, i: int) -> VecNormalize | None:
-        """The observation statistics saved with finished task ``i``'s checkpoint (None: none)."""
-        return self.view.load_vecnormalize(i)
 
 
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
