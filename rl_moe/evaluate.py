@@ -1,8 +1,10 @@
-"""``python -m rl_moe.evaluate``: re-evaluate a finished run's task checkpoints with another router.
+"""``python -m rl_moe.evaluate``: re-evaluate a finished run's task checkpoints with another router,
+or render them as videos (``--video``, :mod:`rl_moe.video`).
 
 Example::
 
     python -m rl_moe.evaluate runs/cw10/ppo-topk-crl-s0-20260101-120000 --router ssmoe --alpha 0.7
+    python -m rl_moe.evaluate runs/cw10/ppo-topk-crl-s0-20260101-120000 --video --video-size 320x240
 
 Every stored task checkpoint is loaded, its actor re-routed training-free (``ssmoe``: SSMoE's
 eigenvector router mixed with the learned gate, alpha P_EV + (1 - alpha) P_R; ``own``: the
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +39,7 @@ from rl_moe.errors import UsageError
 from rl_moe.nn import EVRerouted
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
 from rl_moe.rundir import RunDir
+from rl_moe.video import VideoSettings, render_run
 
 #: Actor network kinds whose Top-K router the EV router can stand in for.
 REROUTABLE_KINDS: tuple[str, ...] = ("topk", "sdmoe", "ssmoe")
@@ -63,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=None, help="episodes per cell (default: the run's eval.matrix_episodes)")
     p.add_argument("--device", default="cpu", help="torch device: cpu or cuda")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--video", action="store_true", help="render MP4s instead: each task's checkpoint on its task, the last checkpoint on every task (RUN_DIR/videos/)")
+    p.add_argument("--video-size", default="320x240", metavar="WxH", help="frame size (default 320x240)")
+    p.add_argument("--video-episodes", type=int, default=1, help="episodes per checkpoint and task, each on the next eval position (default 1)")
+    p.add_argument("--video-stride", type=int, default=2, help="keep every Nth step's frame (default 2)")
+    p.add_argument("--video-steps", type=int, default=None, help="stop each episode after N steps (default: the suite's episode length)")
+    p.add_argument("--camera", default="corner", help="MuJoCo camera (MetaWorld: corner, corner2, corner3, topview, behindGripper, gripperPOV)")
     return p
 
 
@@ -148,9 +158,36 @@ def reevaluate(run_dir: Path, cfg: Any, results: dict[str, Any], router: str, al
     return matrix
 
 
+def video_settings(args: argparse.Namespace) -> VideoSettings:
+    """The ``--video-*`` options; :class:`UsageError` names a bad one."""
+    m = re.fullmatch(r"(\d+)x(\d+)", args.video_size)
+    if m is None:
+        raise UsageError(f"--video-size {args.video_size!r} is not WIDTHxHEIGHT, e.g. 320x240")
+    settings = VideoSettings(int(m[1]), int(m[2]), args.video_episodes, args.video_stride, args.video_steps, args.camera)
+    settings.check()
+    return settings
+
+
+def _videos(args: argparse.Namespace) -> int:
+    try:
+        settings = video_settings(args)
+        run_dir = Path(args.run_dir)
+        if not run_dir.is_dir():
+            raise UsageError(f"no such run folder {args.run_dir!r}")
+        torch.set_num_threads(args.threads)
+        written = render_run(run_dir, settings, args.device)
+    except UsageError as exc:  # MissingDependencyError is one
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_USAGE
+    print(f"{len(written)} videos in {Path(args.run_dir) / 'videos'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit code (0 ok, 2 usage error)."""
     args = build_parser().parse_args(argv)
+    if args.video:
+        return _videos(args)
     try:
         cfg, results = check_args(args)
         if args.device == "cuda":
