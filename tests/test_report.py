@@ -856,3 +856,20 @@ def test_unreadable_heldout_scores_are_a_named_error(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "positions-25.json: unreadable held-out scores (KeyError" in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_task_switch_lines_carry_the_name_of_the_task_they_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("matplotlib")
+    from rl_moe.report import plots
+
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
+    curve = [Curve(np.array([0.0, 100.0, 200.0, 300.0]), np.array([0.1, 0.5, 0.2, 0.9]))]
+    bounds = [(100.0, "push-wall-v3"), (200.0, "faucet-close-v3")]
+    plots.plot_bands({"topk": curve}, "t", "success", tmp_path / "a.png", bounds)
+    plots.plot_stacked([({"topk": curve}, "success", {}), ({"topk": curve}, "rank", {})], "t", tmp_path / "b.png", bounds)
+    bands, stacked = figures
+    labels = lambda ax: [t.get_text().strip() for t in ax.texts]  # noqa: E731
+    assert labels(bands.axes[0]) == ["push-wall-v3", "faucet-close-v3"]
+    assert [labels(ax) for ax in stacked.axes] == [["push-wall-v3", "faucet-close-v3"], []]  # named once, on the top panel
+    assert [line.get_xdata()[0] for line in bands.axes[0].lines if line.get_linestyle() == "--"] == [100.0, 200.0]

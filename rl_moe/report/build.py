@@ -69,7 +69,7 @@ def _figures(ctx: Context, opts: ReportOptions, out: Path, scalars: dict[Path, d
     for protocol, by_method in ctx.runs.items():
         methods = method_order(list(by_method), opts.baseline, opts.method)
         first = next(iter(by_method.values()))[0]
-        bounds = [first.segment_start(i) for i in range(1, len(ctx.tasks))]
+        bounds = [(first.segment_start(i), ctx.tasks[i]) for i in range(1, len(ctx.tasks))]
         name = slug("success", ctx.suite, ctx.algo, protocol) + ".png"
         if plot_success(ctx, protocol, methods, out / name):
             blocks.append(Image(name, f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: success per task (bars: own segment, mean ± std; black ticks: final checkpoint)"))
@@ -83,13 +83,13 @@ def _figures(ctx: Context, opts: ReportOptions, out: Path, scalars: dict[Path, d
         title = f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: success and r_e(K) over training"
         panels = [(curves, TAG_LABELS["eval/success"], axis_for("eval/success")), (ranks, TAG_LABELS.get(RANK_TAG, RANK_TAG), axis_for(RANK_TAG))]
         if plot_stacked(panels, title, out / name, bounds):
-            blocks.append(Image(name, title + " (top: current-task success; bottom: eNTK effective rank; mean ± std over seeds; dashed lines: task boundaries)"))
+            blocks.append(Image(name, title + " (top: current-task success; bottom: eNTK effective rank; mean ± std over seeds; dashed lines: task switches, named by the task they start)"))
         for tag in opts.plasticity_tags:
             curves = {m: [scalars[r.path][tag] for r in by_method[m] if tag in scalars[r.path]] for m in methods}
             name = slug(tag.replace("/", "-"), ctx.suite, ctx.algo, protocol) + ".png"
             title = f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: {tag}"
             if plot_bands(curves, title, TAG_LABELS.get(tag, tag), out / name, bounds, **axis_for(tag)):
-                blocks.append(Image(name, title + " over training (mean ± std over seeds; dashed lines: task boundaries)"))
+                blocks.append(Image(name, title + " over training (mean ± std over seeds; dashed lines: task switches, named by the task they start)"))
     return blocks
 
 

@@ -25,10 +25,18 @@ def slug(*parts: str) -> str:
     return "_".join(re.sub(r"[^A-Za-z0-9._-]+", "-", p).strip("-") for p in parts)
 
 
-def _task_boundaries(ax: plt.Axes, boundaries: Sequence[float], xmax: float) -> None:
-    for x in boundaries:
+#: A task switch: the global step where a task starts, and its name.
+Boundary = tuple[float, str]
+
+
+def _task_boundaries(ax: plt.Axes, boundaries: Sequence[Boundary], xmax: float, names: bool = True) -> None:
+    """A dashed line at each task switch, with the name of the task it starts along it (``names``:
+    on this axis; a stacked figure names them on its top panel only)."""
+    for x, task in boundaries:
         if x < xmax:
             ax.axvline(x, color="0.8", lw=0.8, ls="--", zorder=0)
+            if names:
+                ax.text(x, 0.98, f" {task}", transform=ax.get_xaxis_transform(), rotation=90, va="top", ha="left", fontsize=7, color="0.45")
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:
@@ -53,7 +61,7 @@ def plot_bands(
     title: str,
     ylabel: str,
     path: Path,
-    boundaries: Sequence[float],
+    boundaries: Sequence[Boundary],
     ylim: tuple[float, float] | None = None,
     log: bool = False,
 ) -> Path | None:
@@ -63,7 +71,7 @@ def plot_bands(
     :param title: figure title
     :param ylabel: y-axis label
     :param path: PNG to write
-    :param boundaries: global steps where a new task starts
+    :param boundaries: (global step, task name) where each task after the first starts
     :param ylim: fixed y range (the band is clipped to it)
     :param log: log-scaled y axis (the band is drawn in log space: mean ± std of log10 values)
     """
@@ -83,7 +91,7 @@ def plot_stacked(
     panels: Sequence[tuple[dict[str, list[Curve]], str, dict[str, object]]],
     title: str,
     path: Path,
-    boundaries: Sequence[float],
+    boundaries: Sequence[Boundary],
 ) -> Path | None:
     """Panels stacked over one step axis (success above r_e(K), as the SPHERE paper's Figure 3
     reads them together), each as :func:`plot_bands`; None unless every panel has a curve.
@@ -95,8 +103,8 @@ def plot_stacked(
     if any(end is None for end in ends):
         plt.close(fig)
         return None
-    for ax, (_, ylabel, _) in zip(axes[:, 0], panels):
-        _task_boundaries(ax, boundaries, max(ends))  # type: ignore[type-var]
+    for k, (ax, (_, ylabel, _)) in enumerate(zip(axes[:, 0], panels)):
+        _task_boundaries(ax, boundaries, max(ends), names=k == 0)  # type: ignore[type-var]
         ax.set_ylabel(ylabel)
     axes[-1, 0].set_xlabel("environment steps")
     axes[0, 0].set_title(title)
