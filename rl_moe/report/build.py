@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rl_moe.report.collapse import TAGS as COLLAPSE_TAGS
 from rl_moe.report.collapse import collapse_table
-from rl_moe.report.loading import ReportError, RunSet, describe_network, describe_rules, load_runs
+from rl_moe.report.loading import ReportError, RunSet, describe_network, describe_rules, load_runs, read_experts
 from rl_moe.report.readings import readings_table
 from rl_moe.report.render import Block, Heading, Image, Paragraph, to_html, to_markdown
 from rl_moe.report.scalars import PLASTICITY_TAGS, TAG_LABELS, Curve, load_scalars
@@ -62,7 +62,7 @@ class ReportFiles:
 
 def _figures(ctx: Context, opts: ReportOptions, out: Path, scalars: dict[Path, dict[str, Curve]]) -> list[Block]:
     try:
-        from rl_moe.report.plots import axis_for, eval_curve, plot_bands, plot_stacked, plot_success, slug  # lazy: plots need matplotlib (the report extra)
+        from rl_moe.report.plots import axis_for, eval_curve, plot_bands, plot_expert_usage, plot_stacked, plot_success, slug  # lazy: plots need matplotlib (the report extra)
     except ImportError:
         return [Paragraph(MISSING_MATPLOTLIB)]
     blocks: list[Block] = []
@@ -84,6 +84,13 @@ def _figures(ctx: Context, opts: ReportOptions, out: Path, scalars: dict[Path, d
         panels = [(curves, TAG_LABELS["eval/success"], axis_for("eval/success")), (ranks, TAG_LABELS.get(RANK_TAG, RANK_TAG), axis_for(RANK_TAG))]
         if plot_stacked(panels, title, out / name, bounds):
             blocks.append(Image(name, title + " (top: current-task success; bottom: eNTK effective rank; mean ± std over seeds; dashed lines: task switches, named by the task they start)"))
+        usage = [(f"{m}, seed {r.seed}", data) for m in methods for r in by_method[m][:1] if (data := read_experts(r.path)) is not None]
+        name = slug("experts", ctx.suite, ctx.algo, protocol) + ".png"
+        if plot_expert_usage(usage, out / name):
+            blocks.append(Image(name, f"{ctx.suite} / {ctx.algo} / {protocol.upper()}: the experts each task uses. Each row is one run, its method's lowest seed "
+                                "with `experts.json` (`python -m rl_moe.experts`; experts are not matched across seeds). Left: after each task, the share of routed "
+                                "rows each expert (column) receives on each task's states (row); a later task taking over the experts an earlier one used shows as "
+                                "that earlier row's bright cells moving. Right: how far each expert's weights moved while each task (row) trained."))  # fmt: skip
         for tag in opts.plasticity_tags:
             curves = {m: [scalars[r.path][tag] for r in by_method[m] if tag in scalars[r.path]] for m in methods}
             name = slug(tag.replace("/", "-"), ctx.suite, ctx.algo, protocol) + ".png"

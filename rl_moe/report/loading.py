@@ -228,6 +228,24 @@ def describe_network(runs: Iterable[Run]) -> str:
     return text + (f"; SPHERE's lambda arithmetic: {', '.join(lam)}" if lam else "")
 
 
+def read_experts(path: Path) -> dict[str, Any] | None:
+    """A run folder's ``experts.json`` (:mod:`rl_moe.experts`), or None when it has none.
+
+    :raises ReportError: a file that does not read as one
+    """
+    f = path / "experts.json"
+    if not f.is_file():
+        return None
+    try:
+        data = json.loads(f.read_text())
+        shares, moved, n = data["shares"], data["movement"], int(data["n_experts"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ReportError(f"{f}: unreadable expert usage ({type(exc).__name__}: {exc})") from None
+    if any(len(cell) != n for row in shares for cell in row) or len(moved) != len(shares):
+        raise ReportError(f"{f}: shares and movement do not match its {n} experts and {len(shares)} checkpoints")
+    return data
+
+
 def with_heldout(run: Run) -> Run:
     """The run with its held-out scores from the folder's ``positions-<N>.json`` of largest N.
 

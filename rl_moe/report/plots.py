@@ -154,6 +154,46 @@ def eval_curve(run: Run) -> Curve:
     return Curve(arr[:, 0], arr[:, 2])
 
 
+def plot_expert_usage(rows: Sequence[tuple[str, dict]], path: Path) -> Path | None:
+    """One row of panels per run (its label, its ``experts.json``; :mod:`rl_moe.experts`): after
+    each task, a tasks x experts heatmap of the routed shares on each task's states, and last,
+    a tasks x experts heatmap of how far each task moved each expert's weights."""
+    rows = [(label, d) for label, d in rows if d.get("shares")]
+    if not rows:
+        return None
+    n_ckpt = max(len(d["shares"]) for _, d in rows)
+    fig, axes = plt.subplots(len(rows), n_ckpt + 1, figsize=(2.3 * (n_ckpt + 1) + 0.8, 1.9 * len(rows) + 1.4), squeeze=False)
+    shares_img = moved_img = None
+    for r, (label, d) in enumerate(rows):
+        tasks = [t.removesuffix("-v3") for t in d["tasks"]]
+        for c in range(n_ckpt):
+            ax = axes[r, c]
+            if c < len(d["shares"]):
+                shares_img = ax.imshow(np.array(d["shares"][c], dtype=float), vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
+                if r == 0:
+                    ax.set_title(f"after task {c + 1}", fontsize=8)
+            ax.set_yticks(range(len(tasks)), tasks if c == 0 else [""] * len(tasks), fontsize=7)
+            ax.set_xticks([])
+        e = int(d["n_experts"])
+        moved = np.array([m if m is not None else [np.nan] * e for m in d["movement"]], dtype=float)
+        ax = axes[r, -1]
+        moved_img = ax.imshow(moved, cmap="magma", aspect="auto", vmin=0.0)
+        if r == 0:
+            ax.set_title("weights moved while\neach task trained", fontsize=8)
+        ax.set_yticks(range(len(moved)), [""] * len(moved))  # the rows are the tasks, as on the left
+        ax.set_xticks([])
+        axes[r, 0].set_ylabel(label, fontsize=8)
+    for ax in axes[-1, :]:
+        ax.set_xlabel("expert", fontsize=7)
+    if shares_img is not None:
+        fig.colorbar(shares_img, ax=list(axes[:, :-1].ravel()), location="bottom", shrink=0.6, pad=0.12, label="share of routed rows")
+    if moved_img is not None:
+        fig.colorbar(moved_img, ax=list(axes[:, -1]), location="bottom", shrink=0.9, pad=0.12, label="relative change of its weights")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_success(ctx: Context, protocol: str, methods: Sequence[str], path: Path) -> Path | None:
     """Per-task success (mean ± std over seeds) after each task's own segment; dashed = final checkpoint."""
     by_method = ctx.runs.get(protocol, {})
