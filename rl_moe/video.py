@@ -183,6 +183,55 @@ def write_mp4(path: Path, frames: Sequence[np.ndarray], fps: int) -> None:
     tmp.replace(path)
 
 
+def encode_gif(frames: Sequence[np.ndarray], fps: int) -> bytes:
+    """An animated GIF of ``frames`` (what TensorBoard's image plugin plays), through imageio's
+    pillow plugin."""
+    import io
+
+    import imageio.v2 as imageio
+
+    buf = io.BytesIO()
+    imageio.mimwrite(buf, list(frames), format="GIF", duration=1000.0 / fps, loop=0)
+    return buf.getvalue()
+
+
+def log_clip(logger: Any, tag: str, frames: Sequence[np.ndarray], step: int, fps: int) -> bool:
+    """Write ``frames`` to the TensorBoard writers of SB3's ``logger`` as an animated image under
+    ``tag`` at ``step`` (as torch's ``add_video`` writes one, without its moviepy dependency);
+    False when the logger has no TensorBoard output."""
+    from stable_baselines3.common.logger import TensorBoardOutputFormat
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    height, width = frames[0].shape[:2]
+    image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=encode_gif(frames, fps))
+    written = False
+    for fmt in logger.output_formats:
+        if isinstance(fmt, TensorBoardOutputFormat):
+            fmt.writer._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
+            fmt.writer.flush()
+            written = True
+    return written
+
+
+def clip(model: Any, factory: Callable[[], Any], settings: VideoSettings, max_steps: int, obs_rms: Any = None) -> Episode:
+    """One short episode of ``model`` on the env ``factory`` builds, rendered (``settings.steps``)."""
+    backend = choose_backend()
+    env = factory()
+    renderers: list[SceneRenderer] = []
+
+    def renderer_for(model_: Any) -> SceneRenderer:
+        if not renderers:
+            renderers.append(SceneRenderer(model_, settings.width, settings.height, settings.camera, backend))
+        return renderers[0]
+
+    try:
+        return record_episode(model, env, renderer_for, settings, max_steps, obs_rms)
+    finally:
+        for r in renderers:
+            r.close()
+        env.close()
+
+
 def video_name(checkpoint: int, checkpoint_task: str, task: str, episode: int, result: Episode) -> str:
     """``after-01-hammer-v3_on-hammer-v3_ep0_success-1_return-4521.mp4``: the checkpoint (after
     task ``checkpoint``), the task played, the episode, its success and its return."""

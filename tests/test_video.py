@@ -110,3 +110,38 @@ def test_a_tiny_runs_videos_are_mp4s_of_changing_frames(tmp_path: Path, capsys: 
         assert main([str(run), "--video", "--video-steps", "2", *bad]) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, err
+
+
+def test_a_clip_per_task_in_tensorboard_leaves_training_unchanged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``eval.clip_steps``: at each task's end an animated clip of the task's policy goes to
+    TensorBoard as ``video/<task>``; the weights and results equal a run without it."""
+    import io
+
+    import imageio.v2 as imageio
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rl_moe.crl import main as crl
+    from rl_moe.fingerprint import fingerprint
+
+    _backend()
+    few = ["--set", "eval.evals_per_task=1", "--set", "eval.n_episodes=1", "--set", "eval.matrix_episodes=1", "--set", "eval.n_envs=2"]
+    base = ["--suite", "cw10", "--method", "topk", "--tasks", "2", "--steps-per-task", "256", "--preset", "tiny", *few, "--vec-env", "dummy", "--threads", "1", "--no-progress"]
+    assert crl([*base, "--run-dir", str(tmp_path / "plain")]) == 0
+    clip = ["--set", "eval.clip_steps=8", "--set", "eval.clip_stride=2", "--set", "eval.clip_size=64,48"]
+    assert crl([*base, *clip, "--run-dir", str(tmp_path / "clip")]) == 0
+    plain, clipped = fingerprint(tmp_path / "plain"), fingerprint(tmp_path / "clip")
+    assert (clipped["weights"], clipped["results"]) == (plain["weights"], plain["results"])
+    acc = EventAccumulator(str(tmp_path / "clip" / "tb"), size_guidance={"images": 0})
+    acc.Reload()
+    assert sorted(acc.Tags()["images"]) == ["video/hammer-v3", "video/push-wall-v3"]
+    (event,) = acc.Images("video/hammer-v3")
+    frames = imageio.mimread(io.BytesIO(event.encoded_image_string), format="GIF")
+    assert len(frames) == 5 and frames[0].shape[:2] == (48, 64) and (event.width, event.height) == (64, 48)
+    for bad, message in (
+        (["--suite", "smoke", "--set", "eval.clip_steps=5"], "eval.clip_steps renders MetaWorld scenes; suite 'smoke'"),
+        (["--suite", "cw10", "--set", "eval.clip_steps=5", "--set", "eval.clip_stride=0"], "eval.clip_stride >= 1"),
+    ):
+        assert crl([*bad, "--out", str(tmp_path / "bad")]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "bad").exists()

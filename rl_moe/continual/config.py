@@ -72,6 +72,11 @@ class EvalSettings:
         envs (under MetaWorld's ``fixed`` positions: the training envs' positions, as the SPHERE
         authors' code evaluates); ``both``, the training envs' as the run's success and the
         held-out ones logged beside them (``eval/success_heldout``)
+    :param clip_steps: at each task's end, log a clip of this many steps of the task's
+        deterministic policy on its first eval position to TensorBoard (``video/<task>``,
+        :mod:`rl_moe.video`); 0 (the default): none. MetaWorld suites, with a headless OpenGL
+    :param clip_stride: keep every this-many-th step's frame of the clip
+    :param clip_size: the clip's width and height in pixels
     """
 
     evals_per_task: int = 10
@@ -80,6 +85,9 @@ class EvalSettings:
     full_matrix: bool = True
     n_envs: int = 5
     positions: str = "heldout"
+    clip_steps: int = 0
+    clip_stride: int = 4
+    clip_size: tuple[int, ...] = (160, 120)
 
 
 #: ``eval.positions`` choices.

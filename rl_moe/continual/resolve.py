@@ -109,6 +109,21 @@ def _check_net(cfg: RunConfig) -> None:
         raise UsageError(f"bad network settings: {exc}") from None
 
 
+def _check_clip(evals: EvalSettings, suite: Suite) -> None:
+    """``eval.clip_*``: in range, on a MetaWorld suite, with a headless OpenGL to render it."""
+    if evals.clip_steps < 0 or evals.clip_stride < 1:
+        raise UsageError(f"eval.clip_steps must be >= 0 and eval.clip_stride >= 1, got {evals.clip_steps} and {evals.clip_stride}")
+    if len(evals.clip_size) != 2 or min(evals.clip_size) < 1:
+        raise UsageError(f"eval.clip_size must be WIDTH,HEIGHT of positive pixels, got {','.join(map(str, evals.clip_size))}")
+    if evals.clip_steps == 0:
+        return
+    if suite.family != "metaworld":
+        raise UsageError(f"eval.clip_steps renders MetaWorld scenes; suite {suite.name!r} is {suite.family!r}: set eval.clip_steps=0")
+    from rl_moe.video import choose_backend  # lazy: the video module is needed only here
+
+    choose_backend()
+
+
 def _check_device(device: str) -> None:
     check_choice(device, DEVICES, "device")
     if device == "cuda":
@@ -216,6 +231,7 @@ def resolve(req: RunRequest) -> RunConfig:
     # from config.json rebuilds it from the stored dict.
     cfg.__dict__["suite_spec"] = suite
     _check_net(cfg)
+    _check_clip(cfg.eval, suite)
     family = FAMILIES[suite.family]
     family.check_available()
     family.check_tasks(suite)

@@ -105,6 +105,19 @@ class TaskEvaluation:
         res.evaluated_tasks = i + 1
         res.save(self.files.results)
         self._log_task(i, end, own, row, train_seconds, eval_seconds)
+        if self.cfg.eval.clip_steps:
+            self._log_clip(i, end)
+
+    def _log_clip(self, i: int, step: int) -> None:
+        """``video/<task>``: a clip of task ``i``'s policy on its first eval position, at the task's
+        end (``eval.clip_steps``; :mod:`rl_moe.video`), after everything the run needs is saved."""
+        from rl_moe.video import VideoSettings, clip, log_clip  # lazy: MuJoCo rendering only when asked
+
+        e = self.cfg.eval
+        settings = VideoSettings(width=e.clip_size[0], height=e.clip_size[1], stride=e.clip_stride, steps=e.clip_steps)
+        episode = clip(self.model, self.eval_factories(i)[0], settings, int(self.cfg.suite_data["episode_length"]), self._obs_rms())
+        assert self.logger is not None
+        log_clip(self.logger, f"video/{self.tasks[i].name}", episode.frames, step, settings.fps)
 
     def _evaluate_row(self, i: int) -> list[EvalPoint | None]:
         cols = self._matrix_columns(i)
