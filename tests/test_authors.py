@@ -192,3 +192,14 @@ def test_kl_adaptive_rate_resumes_inside_a_task_bit_for_bit(tmp_path) -> None:
     _same(full, cut)
     rates = [v for _, v in _scalars(full)["train/learning_rate"]]
     assert len(set(rates)) >= 2 and all(1e-5 <= r <= 1e-2 for r in rates)  # it moved, within bounds
+
+
+def test_the_kl_adaptive_rule_accepts_its_bounds_and_refuses_just_past_them() -> None:
+    """Each bound at its edge is valid (margin 1, factor 1, min_lr = max_lr); a step past any one
+    is a ValueError naming the rule and the values."""
+    KLAdaptiveLR(0.03, margin=1.0, factor=1.0, min_lr=1e-4, max_lr=1e-4)
+    for bad in (dict(margin=0.999), dict(factor=0.999), dict(min_lr=0.0), dict(min_lr=2e-2), dict(max_lr=5e-6)):
+        with pytest.raises(ValueError, match=r"need margin >= 1, factor >= 1 and 0 < min_lr <= max_lr, got KLAdaptiveLR\(target_kl=0.03"):
+            KLAdaptiveLR(0.03, **bad)
+    with pytest.raises(ValueError, match="target_kl must be > 0, got 0.0"):
+        KLAdaptiveLR(0.0)

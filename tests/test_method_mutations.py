@@ -130,6 +130,11 @@ def test_trac_defaults_are_the_papers() -> None:
     assert defaults == {"lr": 1e-3, "betas_trac": TRAC_BETAS, "s_prior": 1e-8, "trac_eps": 1e-8, "displacement": "kept", "sigma_init": 0.0}
     opt = TRAC([nn.Parameter(torch.zeros(2))])
     assert opt.trac["betas"].tolist() == list(TRAC_BETAS) and (opt.trac["s_prior"], opt.trac["eps"]) == (1e-8, 1e-8)
+    assert opt.param_groups[0]["lr"] == 1e-3
+    # the tuners run in float64 (S sums erfi terms that reach 1e172; h^2 underflows in float32)
+    assert {k: opt.trac[k].dtype for k in ("betas", "v", "sigma", "scale")} == dict.fromkeys(("betas", "v", "sigma", "scale"), torch.float64)
+    with pytest.raises(ValueError, match="unknown TRAC displacement 'kep'; valid choices: kept, recovered"):
+        TRAC([nn.Parameter(torch.zeros(2))], displacement="kep")
 
 
 # --- deep Fourier features --------------------------------------------------------------------------

@@ -315,7 +315,13 @@ def test_trac_rebuilt_for_a_grown_network_carries_its_tuners_and_adams_state() -
     assert isinstance(rebuilt, TRAC) and rebuilt.trac["betas"].tolist() == [0.9, 0.5] and rebuilt.trac["s_prior"] == 1.0
     assert torch.equal(rebuilt.trac["sigma"], first.trac["sigma"]) and rebuilt.base.state[a] is first.base.state[a]
     assert torch.equal(rebuilt.state[grown]["ref"], grown.detach()) and torch.equal(rebuilt.state[grown]["base"], grown.detach())
+    assert rebuilt.param_groups[0]["params"] == [a, grown] and rebuilt.param_groups[0]["lr"] == 0.1
     assert _trac_steps(rebuilt, a, 3) == _trac_steps(second, a2, 3)  # grown has no gradient: a's steps are unchanged
+    from rl_moe.algos.trac import AuthorsTRAC
+
+    theirs = AuthorsTRAC([a2], lr=0.1)
+    again = rebuilt_optimizer(theirs, [a2, grown])
+    assert (again.displacement, again._settings, again.base.defaults["lr"]) == ("recovered", theirs._settings, 0.1)
 
 
 def test_trac_state_dict_resumes_the_same_trajectory() -> None:
