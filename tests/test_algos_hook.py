@@ -211,3 +211,26 @@ def test_guarded_scaled_term_ceiling_and_pcgrad(guard: str) -> None:
         expected = a + reg - (reg @ a) / (a @ a) * a  # the opposing part along a is removed
         torch.testing.assert_close(w.grad, expected, rtol=1e-5, atol=1e-6)
         assert float(w.grad @ a) >= float(a @ a) - 1e-4  # the step no longer fights the reference
+
+
+def test_loss_context_pads_outputs_keeps_the_batch_and_knows_no_unknown_phase() -> None:
+    from rl_moe.regularizers.hooks import LossContext, loss_context
+
+    model, _ = _ppo([])
+    zero = torch.zeros(())
+    ctx = loss_context(model, "ppo", "the batch", {"actor": ()}, {"actor": zero, "critic": zero}, {})
+    assert ctx.batch == "the batch" and ctx.sync_free is False and ctx.phase == "ppo"
+    for step in ctx.roles.values():
+        assert step.outputs == (None,) * len(step.role.networks)
+    assert [s.role.name for s in ctx.active(("critic", "actor"))] == ["actor", "critic"]  # role order, not the targets'
+    assert LossContext(model, "no such phase", None, ctx.roles, {}).active(("actor",)) == []
+
+
+def test_loss_context_pads_a_partial_tuple_and_passes_sync_free() -> None:
+    """TD3's critic role has two Q networks: one output given, the second padded with None."""
+    from rl_moe.regularizers.hooks import loss_context
+
+    model = MoETD3(MoETD3Policy, gym.make("Pendulum-v1"), regularizers=[], learning_starts=16, batch_size=16, seed=0, device="cpu", policy_kwargs=TINY)
+    zero = torch.zeros(())
+    ctx = loss_context(model, "td3_critic", None, {"critic": ("q1",)}, {"critic": zero}, {}, sync_free=True)
+    assert ctx.roles["critic"].outputs == ("q1", None) and ctx.sync_free is True

@@ -203,3 +203,21 @@ def test_the_kl_adaptive_rule_accepts_its_bounds_and_refuses_just_past_them() ->
             KLAdaptiveLR(0.03, **bad)
     with pytest.raises(ValueError, match="target_kl must be > 0, got 0.0"):
         KLAdaptiveLR(0.0)
+
+
+def test_lambda_by_hand_where_the_floor_decides_it_and_the_ceiling_both_ways() -> None:
+    """A reference gradient as small as the floor: sqrt(1e-8 + 1e-8) / (sqrt(0 + 1e-8) + 1e-8)
+    (the authors' arithmetic), where a sign slip inside either square root changes the answer.
+    The lambda ceiling bounds both signs, for tensors and floats alike."""
+    from rl_moe.regularizers.hooks import clamp_coef
+
+    ref, pen = torch.tensor(1e-4, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
+    got = float(adaptive_coef(0.5, ref, pen, 1e-8, norm_eps=1e-8))
+    assert got == pytest.approx(0.5 * math.sqrt(2e-8) / (math.sqrt(1e-8) + 1e-8), rel=1e-12)
+    big = torch.tensor(3e-3, dtype=torch.float64)
+    assert float(adaptive_coef(0.1, big, ref, 1e-8, norm_eps=1e-8)) == pytest.approx(0.1 * math.sqrt(9e-6 + 1e-8) / (math.sqrt(1e-8 + 1e-8) + 1e-8), rel=1e-12)
+    assert float(adaptive_coef(0.1, big, pen, 1e-8, norm_eps=0.0)) == 0.0  # no penalty gradient, plain norms: 0
+    for coef in (5.0, -5.0, 0.5, -0.5):
+        want = max(-2.0, min(2.0, coef))
+        assert clamp_coef(coef, 2.0) == want and float(clamp_coef(torch.tensor(coef), 2.0)) == want
+        assert clamp_coef(coef, None) == coef
