@@ -17,7 +17,6 @@ routing collapse after continual training reads off the two matrices.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections.abc import Callable
@@ -30,14 +29,13 @@ from torch import nn
 
 from rl_moe.atomic import write_json_atomic
 from rl_moe.cli import EXIT_USAGE, UsageParser
-from rl_moe.continual.agents import build_model
-from rl_moe.continual.config import RunConfig
 from rl_moe.continual.evaluation import evaluate
 from rl_moe.continual.methods import get_method
 from rl_moe.continual.run_view import RunView
 from rl_moe.errors import UsageError
 from rl_moe.nn import EVRerouted
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
+from rl_moe.run_reader import load_task_model, read_run
 from rl_moe.rundir import RunDir
 from rl_moe.video import VideoSettings, render_run
 
@@ -82,20 +80,6 @@ def output_path(run_dir: Path, router: str, alpha: float) -> Path:
     return RunDir(run_dir).reroute(router, alpha)
 
 
-def read_run(run_dir: Path) -> tuple[Any, dict[str, Any]]:
-    """A run folder's config and results; :class:`UsageError` when it is not one."""
-    files = RunDir(run_dir)
-    for path in (files.config, files.results):
-        if not path.is_file():
-            raise UsageError(f"{str(run_dir)!r} is not a run folder (no {path.name})")
-    try:
-        cfg = RunConfig.from_dict(json.loads(files.config.read_text()))
-        results = json.loads(files.results.read_text())
-    except (json.JSONDecodeError, TypeError, ValueError) as exc:
-        raise UsageError(f"cannot read run {str(run_dir)!r}: {exc}") from None
-    return cfg, results
-
-
 def check_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """Validate everything before any work; :class:`UsageError` names the bad value."""
 
@@ -128,15 +112,6 @@ def reroute_actor(policy: nn.Module, router: str, alpha: float, top_c: int) -> N
     if not isinstance(policy, (MoEActorCriticPolicy, MoETD3Policy)):
         raise UsageError(f"cannot find the actor network of {type(policy).__name__}; valid choices: MoEActorCriticPolicy, MoETD3Policy")
     policy.replace_actor_network(lambda net: REROUTINGS[router](net, alpha, top_c))
-
-
-def load_task_model(view: RunView, i: int, env: Any, device: str) -> tuple[Any, Any]:
-    """Finished task ``i``'s checkpoint loaded into a learner built on ``env``, and the observation
-    statistics saved with it (None without ``VecNormalize``)."""
-    model = build_model(view.cfg, env, device)
-    model.set_parameters(str(view.checkpoint(i)), exact_match=True, device=device)
-    norm = view.load_vecnormalize(i)
-    return model, None if norm is None else norm.obs_rms
 
 
 def reevaluate(run_dir: Path, cfg: Any, results: dict[str, Any], router: str, alpha: float, top_c: int, episodes: int, device: str) -> list[list[float | None]]:

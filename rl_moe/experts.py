@@ -35,7 +35,7 @@ from rl_moe.atomic import write_json_atomic
 from rl_moe.cli import EXIT_USAGE, UsageParser
 from rl_moe.continual.run_view import RunView
 from rl_moe.errors import UsageError
-from rl_moe.evaluate import load_task_model, read_run
+from rl_moe.run_reader import load_task_model, read_run
 from rl_moe.nn import MoEOutput
 from rl_moe.nn.experts import StackedExperts
 from rl_moe.provenance import code_version

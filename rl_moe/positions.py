@@ -32,7 +32,7 @@ from rl_moe.cli import EXIT_USAGE, UsageParser
 from rl_moe.continual.evaluation import EvalResult, evaluate
 from rl_moe.continual.run_view import RunView
 from rl_moe.errors import UsageError
-from rl_moe.evaluate import load_task_model, read_run
+from rl_moe.run_reader import load_task_model, read_run
 from rl_moe.rundir import RunDir
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes.util
 import importlib
+import io
 import math
 import os
 import re
@@ -24,9 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import imageio.v2 as imageio
 import numpy as np
+from stable_baselines3.common.logger import TensorBoardOutputFormat
+from stable_baselines3.common.vec_env import DummyVecEnv
+from tensorboard.compat.proto.summary_pb2 import Summary
 
+from rl_moe.continual.run_view import RunView
 from rl_moe.errors import MissingDependencyError, UsageError
+from rl_moe.run_reader import load_task_model, read_run
 
 #: Headless OpenGL backends of MuJoCo's Python bindings (``MUJOCO_GL``), in order of preference.
 HEADLESS: tuple[str, ...] = ("egl", "osmesa")
@@ -172,9 +179,8 @@ def record_episode(model: Any, env: Any, renderer_for: Callable[[Any], SceneRend
 
 def write_mp4(path: Path, frames: Sequence[np.ndarray], fps: int) -> None:
     """H.264 MP4 through imageio's ffmpeg plugin, written to a temporary name and moved into place."""
-    try:
-        import imageio.v2 as imageio
-        import imageio_ffmpeg  # noqa: F401  (the plugin's binary: a missing one is one line, not a traceback later)
+    try:  # an optional plugin: a missing one is one line here, not a traceback inside imageio
+        import imageio_ffmpeg  # noqa: F401
     except ImportError:
         raise MissingDependencyError("videos need imageio with its ffmpeg plugin: pip install 'rl_moe[video]' (imageio, imageio-ffmpeg)") from None
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -186,10 +192,6 @@ def write_mp4(path: Path, frames: Sequence[np.ndarray], fps: int) -> None:
 def encode_gif(frames: Sequence[np.ndarray], fps: int) -> bytes:
     """An animated GIF of ``frames`` (what TensorBoard's image plugin plays), through imageio's
     pillow plugin."""
-    import io
-
-    import imageio.v2 as imageio
-
     buf = io.BytesIO()
     imageio.mimwrite(buf, list(frames), format="GIF", duration=1000.0 / fps, loop=0)
     return buf.getvalue()
@@ -199,9 +201,6 @@ def log_clip(logger: Any, tag: str, frames: Sequence[np.ndarray], step: int, fps
     """Write ``frames`` to the TensorBoard writers of SB3's ``logger`` as an animated image under
     ``tag`` at ``step`` (as torch's ``add_video`` writes one, without its moviepy dependency);
     False when the logger has no TensorBoard output."""
-    from stable_baselines3.common.logger import TensorBoardOutputFormat
-    from tensorboard.compat.proto.summary_pb2 import Summary
-
     height, width = frames[0].shape[:2]
     image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=encode_gif(frames, fps))
     written = False
@@ -242,10 +241,6 @@ def video_name(checkpoint: int, checkpoint_task: str, task: str, episode: int, r
 
 def render_run(run_dir: Path, settings: VideoSettings, device: str = "cpu", log: Callable[[str], None] = print) -> list[Path]:
     """Every video of a run (module docstring); returns the files written."""
-    from rl_moe.evaluate import load_task_model, read_run
-    from rl_moe.continual.run_view import RunView
-    from stable_baselines3.common.vec_env import DummyVecEnv
-
     settings.check()
     cfg, results = read_run(run_dir)
     if cfg.suite_spec.family != "metaworld":
