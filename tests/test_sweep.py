@@ -568,10 +568,10 @@ def test_a_sweep_killed_mid_trial_and_run_again_equals_an_uninterrupted_one(tmp_
     included."""
     from rl_moe.fingerprint import fingerprint
 
-    whole = _sweep(tmp_path / "whole", "--heldout", "2")
+    whole = _sweep(tmp_path / "whole", "--heldout", "2", "--experts")
     assert whole.wait(timeout=600) == 0, whole.stderr.read() if whole.stderr else ""
     cut = tmp_path / "cut"
-    proc = _sweep(cut, "--heldout", "2")
+    proc = _sweep(cut, "--heldout", "2", "--experts")
     names = ("ppo-topk-crl-s0", "ppo-sphere-crl-s0")
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline:
@@ -583,7 +583,7 @@ def test_a_sweep_killed_mid_trial_and_run_again_equals_an_uninterrupted_one(tmp_
     proc.wait(timeout=60)
     partial = {n: json.loads((cut / "smoke" / n / "results.json").read_text()) for n in names}
     assert not any(r["complete"] for r in partial.values())
-    again = _sweep(cut, "--heldout", "2")
+    again = _sweep(cut, "--heldout", "2", "--experts")
     assert again.wait(timeout=600) == 0, again.stderr.read() if again.stderr else ""
     for n in names:
         a, b = tmp_path / "whole" / "smoke" / n, cut / "smoke" / n
@@ -593,7 +593,9 @@ def test_a_sweep_killed_mid_trial_and_run_again_equals_an_uninterrupted_one(tmp_
         assert any(s["from_step"] not in starts for s in stretches), stretches  # resumed inside a task, not restarted
         score = lambda p: {k: v for k, v in json.loads((p / "positions-2.json").read_text()).items() if k in ("own_success_heldout", "own_success_train")}  # noqa: E731
         assert score(b) == score(a) and "own_success_heldout" in score(a)
-        assert (b / "sweep.log").read_text().count("rl_moe.positions") == 1
+        assert (b / "sweep.log").read_text().count("rl_moe.positions") == 1 and (b / "sweep.log").read_text().count("rl_moe.experts") == 1
+        usage = lambda p: {k: v for k, v in json.loads((p / "experts.json").read_text()).items() if k != "scored_by"}  # noqa: E731
+        assert usage(b) == usage(a) and len(usage(a)["shares"]) == 2
     # finished and scored: the same command again has nothing to do
-    last = _sweep(cut, "--heldout", "2")
+    last = _sweep(cut, "--heldout", "2", "--experts")
     assert last.wait(timeout=120) == 0

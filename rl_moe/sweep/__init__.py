@@ -7,7 +7,8 @@ Trials start seed by seed (every method's seed 0 before any seed 1), so a sweep 
 point has given its methods equal seed counts. A ``--method`` entry may be a named variant with
 arguments of its own (``'lossratio=sphere --set reg.sphere.rho=0.05'``, folders
 ``<algo>-lossratio-<protocol>-s<seed>``); ``--heldout N`` scores every finished trial on N
-held-out positions (``python -m rl_moe.positions``). Trials run on Ray
+held-out positions (``python -m rl_moe.positions``) and ``--experts`` records its expert usage
+(``python -m rl_moe.experts``). Trials run on Ray
 (a local cluster by default, ``--address`` to join one) or, without Ray, side by side in subprocesses
 on this machine (``--backend local``, ``--parallel N`` at a time); ``--backend sequential`` runs them
 one after another.

@@ -25,7 +25,7 @@ from rl_moe.sweep.backends import (
 )  # fmt: skip
 from rl_moe.sweep.progress import Heartbeat, TrialStates
 from rl_moe.sweep.trials import (
-    MethodSpec, Outcome, SweepConfig, SweepError, Trial, TrialRunner, grid, heldout_command, is_complete, is_finished, run_subprocess,
+    MethodSpec, Outcome, SweepConfig, SweepError, Trial, TrialRunner, grid, is_complete, is_finished, post_steps, run_subprocess,
     suite_label, trained_steps, trial_command, trial_env,
 )  # fmt: skip
 
@@ -221,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs (and threads) per trial")
     p.add_argument("--gpus-per-trial", type=float, default=0.0, help="GPUs per trial (0.5 = two per GPU)")
     p.add_argument("--heldout", type=int, default=0, help="score each finished trial on N held-out positions (python -m rl_moe.positions; default 0: not)")
+    p.add_argument("--experts", action="store_true", help="record each finished trial's expert usage (python -m rl_moe.experts)")
     p.add_argument("--dry-run", action="store_true", help="validate and print the trial commands, run nothing")
     p.add_argument("--progress-every", type=float, default=60.0, help="seconds between progress lines (0: none; default 60)")
     return p
@@ -245,7 +246,7 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, SweepConfig]:
     cfg = SweepConfig(
         suites=suites, methods=tuple(args.method), algos=tuple(args.algo), protocols=tuple(args.protocol),
         seeds=tuple(args.seed), out=args.out.resolve(), crl_args=tuple(passthrough),
-        cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, parallel=args.parallel, heldout=args.heldout,
+        cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, parallel=args.parallel, heldout=args.heldout, experts=args.experts,
     )  # fmt: skip
     return args, cfg
 
@@ -263,7 +264,7 @@ def main(argv: Sequence[str] | None = None, runner: TrialRunner = run_subprocess
         if args.dry_run:
             for t in trials:
                 state = "complete, skipped" if is_finished(t) else "to run"
-                then = f"\n{' '.join(heldout_command(t))}" if t.heldout else ""
+                then = "".join(f"\n{' '.join(cmd)}" for cmd, _ in post_steps(t))
                 print(f"# {t.name}: {state}\n{' '.join(trial_command(t, cfg))}{then}")
             return 0
         ray_opts = RayOptions(address=args.address, num_cpus=args.num_cpus)

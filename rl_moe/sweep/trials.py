@@ -38,6 +38,7 @@ class Trial:
         not load); a folder holding a finished run of fewer tasks is continued, not skipped
     :param args: ``rl_moe.crl`` arguments of this trial's method variant alone (:class:`MethodSpec`)
     :param heldout: score the finished run on this many held-out positions (0: not)
+    :param experts: record the finished run's expert usage (``python -m rl_moe.experts``)
     """
 
     suite: str
@@ -49,6 +50,7 @@ class Trial:
     tasks: int | None = None
     args: tuple[str, ...] = ()
     heldout: int = 0
+    experts: bool = False
 
     @property
     def name(self) -> str:
@@ -114,6 +116,7 @@ class SweepConfig:
         GPUs hold (:func:`local_slots`)
     :param heldout: score each finished trial on this many held-out positions
         (``python -m rl_moe.positions``; 0: not)
+    :param experts: record each finished trial's expert usage (``python -m rl_moe.experts``)
     """
 
     suites: tuple[str, ...]
@@ -127,6 +130,7 @@ class SweepConfig:
     gpus_per_trial: float = 0.0
     parallel: int | None = None
     heldout: int = 0
+    experts: bool = False
 
     @property
     def method_specs(self) -> tuple[MethodSpec, ...]:
@@ -192,7 +196,7 @@ def grid(cfg: SweepConfig) -> list[Trial]:
     tags = {(s, a, m): trial_rules_tag(s, a, m.method, (*cfg.crl_args, *m.args)) for s, a, m in product(cfg.suites, cfg.algos, specs)}
     counts = {s: trial_tasks(s, cfg.crl_args) for s in cfg.suites}
     return [
-        Trial(s, m.method, a, p, seed, cfg.out / suite_label(s) / f"{a}-{m.label}-{p}{tags[s, a, m]}-s{seed}", counts[s], m.args, cfg.heldout)
+        Trial(s, m.method, a, p, seed, cfg.out / suite_label(s) / f"{a}-{m.label}-{p}{tags[s, a, m]}-s{seed}", counts[s], m.args, cfg.heldout, cfg.experts)
         for seed, s, a, m, p in product(cfg.seeds, cfg.suites, cfg.algos, specs, cfg.protocols)
     ]
 
@@ -254,25 +258,30 @@ def trial_env(cfg: SweepConfig) -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "PYTHONPATH": path}
 
 
-def heldout_scored(run_dir: Path, n: int) -> bool:
-    """The run's ``positions-<n>.json`` exists and is not older than its ``results.json`` (a run
-    continued after it was scored is scored again)."""
+def fresh(run_dir: Path, name: str) -> bool:
+    """``run_dir/name`` exists and is not older than the run's ``results.json`` (a run continued
+    after it was scored is scored again)."""
     rundir = RunDir(run_dir)
-    scores = rundir.path / f"positions-{n}.json"
     try:
-        return scores.stat().st_mtime >= rundir.results.stat().st_mtime
+        return (rundir.path / name).stat().st_mtime >= rundir.results.stat().st_mtime
     except OSError:
         return False
 
 
+def post_steps(trial: Trial) -> list[tuple[list[str], str]]:
+    """What runs after the trial's run is complete, as (command, the file it writes): the held-out
+    scores (``--heldout``) and the expert usage (``--experts``), each with one torch thread."""
+    steps = []
+    if trial.heldout:
+        steps.append(([sys.executable, "-m", "rl_moe.positions", str(trial.run_dir), "--heldout", str(trial.heldout), "--threads", "1"], f"positions-{trial.heldout}.json"))
+    if trial.experts:
+        steps.append(([sys.executable, "-m", "rl_moe.experts", str(trial.run_dir), "--threads", "1"], "experts.json"))
+    return steps
+
+
 def is_finished(trial: Trial) -> bool:
-    """Nothing left to do for the trial: its run is complete and, where asked, scored on held-out positions."""
-    return is_complete(trial.run_dir, trial.tasks) and (trial.heldout == 0 or heldout_scored(trial.run_dir, trial.heldout))
-
-
-def heldout_command(trial: Trial) -> list[str]:
-    """``python -m rl_moe.positions`` on the trial's folder, with one torch thread."""
-    return [sys.executable, "-m", "rl_moe.positions", str(trial.run_dir), "--heldout", str(trial.heldout), "--threads", "1"]
+    """Nothing left to do for the trial: its run is complete and every post step's file is fresh."""
+    return is_complete(trial.run_dir, trial.tasks) and all(fresh(trial.run_dir, name) for _, name in post_steps(trial))
 
 
 def is_complete(run_dir: Path, tasks: int | None = None) -> bool:
@@ -299,16 +308,16 @@ def trained_steps(run_dir: Path) -> int:
 
 
 def run_subprocess(trial: Trial, command: list[str], env: dict[str, str]) -> Outcome:
-    """Run the trial's CLI command, then, once its run is complete, its held-out scoring where the
-    trial asks for one (:func:`heldout_command`), appending their output to ``<run_dir>/sweep.log``."""
+    """Run the trial's CLI command, then, once its run is complete, its post steps
+    (:func:`post_steps`) whose files are not fresh, appending their output to ``<run_dir>/sweep.log``."""
     trial.run_dir.mkdir(parents=True, exist_ok=True)
     log = RunDir(trial.run_dir).sweep_log
     start = time.monotonic()
     with log.open("a") as fh:
         rc = 0
-        for cmd in (command, heldout_command(trial)):
-            if cmd is not command and (rc != 0 or trial.heldout == 0 or not is_complete(trial.run_dir, trial.tasks)):
-                break
+        for cmd, name in [(command, ""), *post_steps(trial)]:
+            if name and (rc != 0 or not is_complete(trial.run_dir, trial.tasks) or fresh(trial.run_dir, name)):
+                continue
             fh.write(f"$ {' '.join(cmd)}\n")
             fh.flush()
             rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, check=False).returncode
