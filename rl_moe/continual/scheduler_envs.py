@@ -11,26 +11,14 @@ from typing import Any
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 from rl_moe.continual import rng
-from rl_moe.continual.config import RunConfig
 from rl_moe.continual.evaluation import release_memory
-from rl_moe.continual.results import Results
+from rl_moe.continual.scheduler_state import SchedulerState
 from rl_moe.envs.backend_choice import OFFICIAL, BackendChoice, Candidate, choose_backend, recorded_backend
 from rl_moe.envs.factories import EnvFactory, make_vec_env, task_factories
-from rl_moe.envs.suite_spec import Suite, TaskSpec
-from rl_moe.envs.threads import ThreadPlan
 
 
-class TaskEnvs:
+class TaskEnvs(SchedulerState):
     """Builds and closes the training envs of each task."""
-
-    cfg: RunConfig
-    suite: Suite
-    tasks: tuple[TaskSpec, ...]
-    results: Results
-    threads: ThreadPlan
-    algo_cfg: Any
-    env: VecEnv | None
-    _backend: BackendChoice
 
     def _seed(self, stream: str, task_index: int) -> int:
         return rng.env_seed(self.cfg.seed, stream, task_index)

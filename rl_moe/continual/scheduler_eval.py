@@ -8,19 +8,12 @@ import time
 from typing import Any
 
 import torch
-from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.logger import Logger
-from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+from stable_baselines3.common.vec_env import VecNormalize
 
-from rl_moe.continual.config import RunConfig
 from rl_moe.continual.evaluation import EvalEnvs, EvalPoint, EvalResult, append_point, evaluate, release_memory
 from rl_moe.continual.progress import draw_evaluation
-from rl_moe.continual.results import Results
-from rl_moe.continual.run_view import RunView
-from rl_moe.envs.backend_choice import BackendChoice
+from rl_moe.continual.scheduler_state import SchedulerState
 from rl_moe.envs.factories import EnvFactory
-from rl_moe.envs.suite_spec import TaskSpec
-from rl_moe.rundir import RunDir
 from rl_moe.tblog import dump_keys
 
 #: Own-task success logged with the task index as its x axis (docs/metrics.md), not the global step.
@@ -29,20 +22,8 @@ SUCCESS_AFTER_TASK = "cl/success_after_task"
 TASK_INDEX_TAGS = (SUCCESS_AFTER_TASK,)
 
 
-class TaskEvaluation:
+class TaskEvaluation(SchedulerState):
     """Scores tasks on their eval envs and stores and logs what a task's end yields."""
-
-    cfg: RunConfig
-    view: RunView
-    tasks: tuple[TaskSpec, ...]
-    results: Results
-    files: RunDir
-    model: BaseAlgorithm | None
-    env: VecEnv | None
-    logger: Logger | None
-    progress: bool
-    _eval_envs: dict[tuple[int, bool | None], EvalEnvs]
-    _backend: BackendChoice
 
     def _label(self, i: int) -> str:
         return f"[task {i + 1}/{len(self.tasks)} {self.tasks[i].name}]"

@@ -10,32 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+from stable_baselines3.common.vec_env import VecNormalize
 
 from rl_moe.algos.common import RegularizedMixin
 from rl_moe.atomic import write_atomic
 from rl_moe.continual import intask, rng
-from rl_moe.continual.config import RunConfig
 from rl_moe.continual.learners import get_learner
-from rl_moe.continual.results import Results
-from rl_moe.continual.run_view import RunView
+from rl_moe.continual.scheduler_state import SchedulerState
 from rl_moe.continual.state_files import load_regularizer_state, save_regularizer_state
-from rl_moe.envs.suite_spec import TaskSpec
 from rl_moe.rundir import RunDir
 
 
-class RunFiles:
+class RunFiles(SchedulerState):
     """Writes and reads the run folder's checkpoints and training progress."""
-
-    cfg: RunConfig
-    view: RunView
-    tasks: tuple[TaskSpec, ...]
-    results: Results
-    files: RunDir
-    model: BaseAlgorithm | None
-    env: VecEnv | None
-    _boundary_state: dict[str, Any] | None
 
     def _record_in_task(self, task_start: int, step: int) -> None:
         """results.json says how far the unfinished task got (its last in-task checkpoint)."""
