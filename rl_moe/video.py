@@ -28,7 +28,7 @@ from typing import Any
 import imageio.v2 as imageio
 import numpy as np
 from stable_baselines3.common.logger import TensorBoardOutputFormat
-from stable_baselines3.common.vec_env import DummyVecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 from tensorboard.compat.proto.summary_pb2 import Summary
 
 from rl_moe.continual.run_view import RunView
@@ -158,14 +158,17 @@ class Episode:
 def record_episode(model: Any, env: Any, renderer_for: Callable[[Any], SceneRenderer], settings: VideoSettings, max_steps: int, obs_rms: Any = None) -> Episode:
     """Play one deterministic episode of ``model`` on ``env`` (a single gym env, reset by the
     caller's factory seed) and keep every ``stride``-th frame."""
+    normalize: Callable[[np.ndarray], np.ndarray] = lambda x: x  # noqa: E731
+    if obs_rms is not None:  # SB3's own rule (epsilon, clip), as the run's VecNormalize applied it
+        norm = VecNormalize(DummyVecEnv([lambda: env]), training=False, norm_obs=True, norm_reward=False)
+        norm.obs_rms, normalize = obs_rms, norm.normalize_obs
     obs, _ = env.reset()
     inner = env.unwrapped
     renderer = renderer_for(inner.model)
     frames, success, ret = [renderer.frame(inner.data)], False, 0.0
     steps = max_steps if settings.steps is None else min(settings.steps, max_steps)
     for t in range(steps):
-        x = obs if obs_rms is None else np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -10.0, 10.0)
-        action, _ = model.predict(np.asarray(x, dtype=np.float32)[None], deterministic=True)
+        action, _ = model.predict(np.asarray(normalize(obs), dtype=np.float32)[None], deterministic=True)
         obs, reward, terminated, truncated, info = env.step(action[0])
         ret += float(reward)
         success = success or bool(info.get("success", info.get("is_success", False)))
