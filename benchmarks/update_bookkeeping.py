@@ -9,7 +9,9 @@ K=2, dense critic, one epoch of 8 minibatches over a real hammer-v3 rollout), wi
 - ``clipping``: ``clip_gradients`` per minibatch (norms + clipping) minus SB3's bare
   ``clip_grad_norm_`` on the same gradients, times the minibatches, over ``train()``;
 - ``weight_change``: the copy and the two norms, over ``train()``; it runs once per update, so
-  its share of the CLI's update (10 epochs of 64 minibatches) is also printed.
+  its share of the CLI's update (10 epochs of 64 minibatches) is also printed;
+- ``feature_trace``: ``MoEOutput.feature_trace`` (``train/feature_trace``) on a minibatch's actor
+  output and its copy into the update's buffer, per minibatch, over ``train()``.
 
     OMP_NUM_THREADS=1 python benchmarks/update_bookkeeping.py [--rounds 15]
 """
@@ -77,23 +79,31 @@ def main() -> None:
         before = [q.detach().clone() for q in params]
         weight_change(before, params)
 
+    obs = torch.as_tensor(model.rollout_buffer.observations.reshape(n_envs * n_steps, -1)[: model.batch_size])
+    output = model.policy.actor_net(obs)  # a minibatch's actor output, with its graph, as the update holds it
+    buffer = torch.zeros(())
+
+    def trace() -> None:
+        buffer.copy_(output.feature_trace())
+
     train()  # warm-up
     fill_grads()
-    shares: dict[str, list[float]] = {"clipping": [], "weight_change": []}
+    shares: dict[str, list[float]] = {"clipping": [], "weight_change": [], "feature_trace": []}
     for _ in range(args.rounds):
         total = thread_seconds(train)
         fill_grads()
         extra = thread_seconds(ours, 20) - thread_seconds(bare, 20)
         shares["clipping"].append(extra * n_minibatches / total)
         shares["weight_change"].append(thread_seconds(weights, 5) / total)
+        shares["feature_trace"].append(thread_seconds(trace, 50) * n_minibatches / total)
     print(f"CPU, 1 thread, grad_clip={args.grad_clip}, {n_minibatches} minibatches of {model.batch_size} per update, {sum(q.numel() for q in params):,} parameters")
     full = resolve(RunRequest(suite="cw10-cw", method="topk", tasks=1, device="cpu", vec_env="dummy")).ppo
     scale = n_minibatches / (full.n_envs * full.n_steps // full.batch_size * full.n_epochs)
     for name, values in shares.items():
         share = statistics.median(values)
         print(f"  {name:<14s} {100 * share:6.2f}% of this update (median of {args.rounds} rounds)", end="")
-        # Clipping runs per minibatch, so its share does not depend on the update's size.
-        print(f"; {100 * (share if name == 'clipping' else share * scale):.3f}% of the CLI's update")
+        # Clipping and the feature trace run per minibatch, so their shares do not depend on the update's size.
+        print(f"; {100 * (share if name != 'weight_change' else share * scale):.3f}% of the CLI's update")
     env.close()
 
 
