@@ -494,7 +494,9 @@ def test_larger_tasks_extends_a_finished_run_like_one_run(tmp_path: Path, capsys
     # ... and its first 2 tasks, cut out again, are the 2-task run as it stood before it went on
     # (tools/collect_runs.py --tasks: a slice run continued over CW10 is still a slice run)
     assert Results.from_dict(b).head(2).to_dict() == json.loads((two / "results.json").read_text())
+    (grown / "experts.json").write_text(json.dumps({"tasks": a["tasks"]}))  # over 3 tasks: not the cut copy's
     cut = collect_runs.collect(grown, tmp_path / "cut", tasks=2)[0]
+    assert not (cut / "experts.json").exists()
     for name in ("results.json", "config.json"):
         assert json.loads((cut / name).read_text()) == json.loads((two / name).read_text())
     assert _events(cut) == _events(two) != _events(grown)  # the third task's start evaluation sits at the boundary step

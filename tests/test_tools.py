@@ -33,14 +33,14 @@ def test_collect_runs_keeps_summaries_and_leaves_checkpoints(tmp_path: Path) -> 
     run = tmp_path / "runs" / "suite" / "ppo-topk-crl-s0"
     (run / "checkpoints").mkdir(parents=True)
     (run / "tb").mkdir()
-    for name in ("config.json", "results.json", "sweep.log", "positions-25.json", "checkpoints/task0.zip", "tb/events.out.x", "other.txt"):
+    for name in ("config.json", "results.json", "sweep.log", "positions-25.json", "experts.json", "checkpoints/task0.zip", "tb/events.out.x", "other.txt"):
         (run / name).write_text(name)
     (tmp_path / "out" / "suite" / "ppo-topk-crl-s0").mkdir(parents=True)
     (tmp_path / "out" / "suite" / "ppo-topk-crl-s0" / "stale.json").write_text("old")  # replaced whole
     copied = collect_runs.collect(tmp_path / "runs", tmp_path / "out")
     assert copied == [tmp_path / "out" / "suite" / "ppo-topk-crl-s0"]
     got = sorted(str(p.relative_to(copied[0])) for p in copied[0].rglob("*") if p.is_file())
-    assert got == ["config.json", "positions-25.json", "results.json", "sweep.log", "tb/events.out.x"]
+    assert got == ["config.json", "experts.json", "positions-25.json", "results.json", "sweep.log", "tb/events.out.x"]
 
 
 def test_same_training_tells_identical_runs_from_changed_ones(tmp_path: Path) -> None:

@@ -3,8 +3,9 @@
     python -m tools.collect_runs ~/rl_moe-runs/mw3easy results/mw3easy
 
 Keeps ``config.json``, ``results.json``, the TensorBoard events (``tb/``), the probe batch
-(``probe_states.pt``, 40 kB), ``sweep.log`` and the held-out scores of ``python -m
-rl_moe.positions`` (``positions-<N>.json``); leaves out checkpoints (19 MB each on CW10).
+(``probe_states.pt``, 40 kB), ``sweep.log``, the held-out scores of ``python -m
+rl_moe.positions`` (``positions-<N>.json``) and the expert usage of ``python -m rl_moe.experts``
+(``experts.json``); leaves out checkpoints (19 MB each on CW10).
 Runs still in progress are copied as they stand (their results.json counts the finished tasks).
 
     python -m tools.collect_runs --tasks 3 ~/rl_moe-runs/cw10-paper/ppo-topk-crl-s5 results/cw10-paper/ppo-topk-crl-s5
@@ -32,9 +33,12 @@ from rl_moe.atomic import write_json_atomic
 from rl_moe.continual.evaluation import EVAL_TAGS
 from rl_moe.continual.results import Results
 from rl_moe.continual.scheduler import TASK_INDEX_TAGS
+from rl_moe.experts import EXPERTS_FILE
 from rl_moe.rundir import RunDir
 
 KEEP = ("config.json", "results.json", "probe_states.pt", "sweep.log")
+#: Kept whole when a run is copied whole, and by a cut copy only where it covers exactly its tasks.
+PER_TASKS = (EXPERTS_FILE,)
 
 
 def cut_events(src: Path, dst: Path, last_step: int, tasks: int) -> int:
@@ -87,7 +91,8 @@ def write_head(run: Path, out: Path, res: Results) -> None:
     write_json_atomic(out / "results.json", res.to_dict())
     config = json.loads((run / "config.json").read_text())
     write_json_atomic(out / "config.json", {**config, "tasks": config["tasks"][:n]})
-    for scores in RunDir(run).positions_files().values():
+    per_tasks = [run / name for name in PER_TASKS if (run / name).is_file()]
+    for scores in [*RunDir(run).positions_files().values(), *per_tasks]:
         # scored later, over more tasks: its last checkpoint is not the view's
         if json.loads(scores.read_text()).get("tasks") == res.tasks:
             shutil.copy2(scores, out / scores.name)
@@ -137,6 +142,9 @@ def copy_run(run: Path, out: Path, head: Results | None) -> None:
     if head is None:
         for scores in RunDir(run).positions_files().values():
             shutil.copy2(scores, out / scores.name)
+        for name in PER_TASKS:
+            if (run / name).is_file():
+                shutil.copy2(run / name, out / name)
         if (run / "tb").is_dir():
             shutil.copytree(run / "tb", out / "tb")
 
