@@ -6,13 +6,15 @@
     python -m tools.rebuild_reports sphere-rl/paper --into /tmp/reports --reps 100
 
 Only each study's ``report.md`` is committed; the figures and ``report.html`` are drawn by this
-command (results/README.md). Each study keeps the bootstrap replica count its committed
+command (results/README.md). The one figure README.md embeds is committed under docs/img/ and is
+copied there from its study's report by the same command (:data:`README_FIGURES`). Each study keeps the bootstrap replica count its committed
 ``report.md`` was made with, so a rebuild at the same code reproduces its tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
@@ -31,7 +33,30 @@ STUDIES: dict[str, tuple[str, ...]] = {
     "hammer-grid": ("--reps", "500"),
     "cw10-paper": ("--baseline", "topk", "--method", "sphere", "--reps", "2000"),
     "cw10-paper-full": ("--baseline", "topk", "--method", "ln", "--ft-reference", "mean", "--reps", "2000"),
+    "slice-authors": ("--baseline", "topk", "--method", "sphere", "--reps", "2000"),
 }
+
+#: study -> (a figure its report draws, where README.md embeds it): the answer's figure, success
+#: over r_e(K) per task, Top-K against SPHERE on the authors' network, as the slice's runs stand.
+README_FIGURES: dict[str, tuple[str, str]] = {
+    "slice-authors": ("success-and-entk_rank_cw10_ppo_crl.png", "docs/img/slice_authors.png"),
+}
+
+
+def copy_readme_figure(study: str, into: Path | None = None) -> Path | None:
+    """Copy ``study``'s README figure from its rebuilt report to docs/img/ (under ``into`` when
+    given); None when the study has none. A report that did not draw it is an error: README.md
+    would embed a stale picture."""
+    if study not in README_FIGURES:
+        return None
+    name, target = README_FIGURES[study]
+    drawn = (into / study if into else REPO / "results" / study) / "report" / name
+    if not drawn.is_file():
+        raise FileNotFoundError(f"{study}'s report did not draw {name}, which README.md embeds as {target}")
+    dest = (into if into else REPO) / target
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(drawn, dest)
+    return dest
 
 
 def report_args(study: str, into: Path | None = None, reps: int | None = None) -> list[str]:
@@ -67,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         code = report(report_args(s, args.into, args.reps))
         if code:
             return code
+        copy_readme_figure(s, args.into)
     return 0
 
 
