@@ -1,30 +1,40 @@
-"""Where a ``cw10-paper`` task's wall time goes, measured in one run and projected onto one 1M-step
-task under the CLI's schedule (issue: MetaWorld at the speed of its physics, item 4).
+"""Where a ``cw10`` task's wall time goes, measured in one run and projected onto one 1M-step task
+under the CLI's schedule, with the physical limit of that task measured in the same run.
 
-Builds Top-K + SPHERE as ``python -m rl_moe.crl --suite cw10-paper`` does (8 envs on the official
-envs' fast path, separate clipping) and times, on one task:
+Builds Top-K + SPHERE as ``python -m rl_moe.crl --suite cw10`` does (the authors' network, 8 envs
+on the official envs' fast path, separate clipping) and times, on each task asked:
 
 - env stepping and acting (the policy's forward and SB3's buffer work) inside real rollouts,
   split by timing ``VecEnv.step`` within ``collect_rollouts``;
 - the PPO update over one rollout, with SPHERE and with its ρ = 0 (the difference is SPHERE's
-  penalty and its second backward);
+  penalty and its second backward), the two learners' rollouts alternated and their medians taken;
 - the update's matrix products replayed alone at their own shapes (the update's floor on this core);
 - one deterministic evaluation episode (5 eval envs, the run's evaluator), one probe of the
-  plasticity diagnostics, one checkpoint write.
+  plasticity diagnostics, one in-task checkpoint's capture and write, and the task-end
+  checkpoint.
+
+The limit is what the task cannot go below on this core: the update's matrix products at the
+1024² matmul rate measured in the same run, MuJoCo's own ``mj_step`` × frame skip per env step (on
+the task's model, nothing else of the env), and one no-grad forward pass of the policy per vec-env
+step (acting's floor). Each part's time is printed as a ratio to its floor, and the task's time as a
+ratio to the sum.
 
 The projection uses the CLI's defaults: 62 rollouts of 16,384 steps, 10 periodic evaluations of
 10 episodes on two position views plus the success-matrix row, a probe at every periodic
-evaluation, an in-task checkpoint every 100,000 steps. Rollouts here are ``--n-steps`` per env
+evaluation, an in-task checkpoint captured at every rollout and written every 100,000 steps,
+the model saved at the task's end. Rollouts here are ``--n-steps`` per env
 (default 256, one minibatch per 25.6 env steps as in the paper's 8 × 2048); the update is scaled
 by the number of minibatches.
 
-    OMP_NUM_THREADS=1 python benchmarks/task_time_split.py [--task push-wall-v3] [--rollouts 2]
+    OMP_NUM_THREADS=1 python benchmarks/task_time_split.py [--tasks hammer-v3 push-wall-v3 faucet-close-v3] [--rounds 4]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -32,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+from rl_moe.continual import intask
 from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.continual.evaluation import evaluate
 from rl_moe.continual.probe_states import collect_probe_states, make_probe_callback, probe_factories
@@ -40,9 +51,12 @@ from rl_moe.continual.rng import env_seed
 from rl_moe.envs.factories import make_vec_env, task_factories
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import paper_task_steps  # noqa: E402
+from _timing import interleaved_medians, paper_task_steps  # noqa: E402
 
 TASK_STEPS = paper_task_steps()
+_CLI_PPO = resolve(RunRequest(suite="cw10", device="cpu")).ppo
+#: Env steps of one rollout as the CLI collects it (8 × 2048): an in-task capture ends each.
+CLI_ROLLOUT = _CLI_PPO.n_envs * _CLI_PPO.n_steps
 
 
 class _EnvClock:
@@ -63,7 +77,7 @@ class _EnvClock:
 
 def _learner(task_name: str, rho: float | None, n_steps: int):  # type: ignore[no-untyped-def]
     overrides = (f"ppo.n_steps={n_steps}",) + (() if rho is None else (f"reg.sphere.rho={rho}",))
-    cfg = resolve(RunRequest(suite="cw10-paper", method="sphere", tasks=10, vec_env="dummy", device="cpu", overrides=overrides))
+    cfg = resolve(RunRequest(suite="cw10", method="sphere", tasks=10, vec_env="dummy", device="cpu", overrides=overrides))
     suite = suite_of(cfg)
     task = next(t for t in suite.tasks if t.name == task_name)
     env = make_vec_env(task_factories(suite, task, cfg.ppo.n_envs, 0), "dummy")
@@ -72,26 +86,39 @@ def _learner(task_name: str, rho: float | None, n_steps: int):  # type: ignore[n
     return cfg, suite, task, model, env
 
 
-def _cycle(model, env, rollouts: int, n_steps: int) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
-    """(env seconds, acting seconds, update seconds) per rollout."""
-    clock = _EnvClock(env)
-    collect = train = 0.0
-    model.learn(env.num_envs * n_steps, reset_num_timesteps=False)  # warm-up: first forward, allocations
-    clock.seconds = 0.0
-    original_train = model.train
+class _Cycles:
+    """Times one learner's rollout-plus-update cycles: (env, acting, update) seconds of each."""
 
-    def timed_train() -> None:
-        nonlocal train
+    def __init__(self, model, env, n_steps: int) -> None:  # type: ignore[no-untyped-def]
+        self.model, self.steps = model, env.num_envs * n_steps
+        self.clock = _EnvClock(env)
+        self.train = 0.0
+        model.learn(self.steps, reset_num_timesteps=False)  # warm-up: first forward, allocations
+        original_train = model.train
+
+        def timed_train() -> None:
+            t0 = time.perf_counter()
+            original_train()
+            self.train += time.perf_counter() - t0
+
+        model.train = timed_train
+
+    def once(self) -> tuple[float, float, float]:
+        self.clock.seconds = self.train = 0.0
         t0 = time.perf_counter()
-        original_train()
-        train += time.perf_counter() - t0
+        self.model.learn(self.steps, reset_num_timesteps=False)
+        total = time.perf_counter() - t0
+        return self.clock.seconds, total - self.train - self.clock.seconds, self.train
 
-    model.train = timed_train
-    t0 = time.perf_counter()
-    model.learn(rollouts * env.num_envs * n_steps, reset_num_timesteps=False)
-    total = time.perf_counter() - t0
-    collect = total - train
-    return clock.seconds / rollouts, (collect - clock.seconds) / rollouts, train / rollouts
+
+def _alternated(a: _Cycles, b: _Cycles, rounds: int) -> tuple[list[float], list[float]]:
+    """Medians of (env, acting, update) seconds per cycle of ``a`` and of ``b``, cycled in
+    alternating order (a b b a ...) so that the neighbours' load hits both alike."""
+    samples: tuple[list[tuple[float, float, float]], list[tuple[float, float, float]]] = ([], [])
+    for r in range(rounds):
+        for k in (0, 1) if r % 2 == 0 else (1, 0):
+            samples[k].append((a, b)[k].once())
+    return tuple([statistics.median(col) for col in zip(*rows)] for rows in samples)  # type: ignore[return-value]
 
 
 def _update_flops(model) -> float:  # type: ignore[no-untyped-def]
@@ -134,32 +161,56 @@ def _matmul_replay(model, rounds: int = 3) -> tuple[float, float, int, list[tupl
     return sorted(times)[len(times) // 2], float(sum(c[3] for c in calls)), sum(c[2] for c in calls), others[:8]
 
 
-def _matmul_peak(n: int = 1024, reps: int = 10) -> float:
-    """This core's fp32 matmul rate (FLOP/s) on large square matrices: the update's ceiling."""
+def _matmul_peak(n: int = 1024, reps: int = 4, rounds: int = 5) -> float:
+    """This core's fp32 matmul rate (FLOP/s) on large square matrices: the update's ceiling. The
+    best of a few short rounds, since a shared core's slow rounds measure the neighbours."""
     a, b = torch.randn(n, n), torch.randn(n, n)
     torch.mm(a, b)
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 * reps / best
+
+
+def _mujoco_floor(env, reps: int = 400) -> float:  # type: ignore[no-untyped-def]
+    """Seconds of MuJoCo's own physics per env step: ``mj_step`` × the env's frame skip on the
+    task's model, from a state the env reached (nothing of MetaWorld's Python around it)."""
+    import mujoco
+
+    inner = env.envs[0].unwrapped
+    data = mujoco.MjData(inner.model)
+    data.qpos[:], data.qvel[:], data.mocap_pos[:], data.mocap_quat[:] = inner.data.qpos, inner.data.qvel, inner.data.mocap_pos, inner.data.mocap_quat
+    mujoco.mj_step(inner.model, data, nstep=inner.frame_skip)
     t0 = time.perf_counter()
     for _ in range(reps):
-        torch.mm(a, b)
-    return 2 * n**3 * reps / (time.perf_counter() - t0)
+        mujoco.mj_step(inner.model, data, nstep=inner.frame_skip)
+    return (time.perf_counter() - t0) / reps
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--task", default="push-wall-v3")
-    p.add_argument("--rollouts", type=int, default=2)
-    p.add_argument("--n-steps", type=int, default=256)
-    args = p.parse_args()
-    torch.set_num_threads(1)
+def _forward_floor(model, env) -> float:  # type: ignore[no-untyped-def]
+    """Seconds per env step of acting's floor: one no-grad forward of the policy (actions, values,
+    log-probabilities, as SB3's rollout asks) on a batch of the vec env's observations."""
+    obs = torch.as_tensor(env.reset(), dtype=torch.float32)  # values do not change a dense forward's cost
 
-    cfg, suite, task, model, env = _learner(args.task, None, args.n_steps)
-    env_s, act_s, upd_sphere = _cycle(model, env, args.rollouts, args.n_steps)
-    _, _, _, plain_model, plain_env = _learner(args.task, 0.0, args.n_steps)
-    _, _, upd_topk = _cycle(plain_model, plain_env, args.rollouts, args.n_steps)
-    steps_per_rollout = env.num_envs * args.n_steps
+    def forward() -> None:
+        with torch.no_grad():
+            model.policy(obs)
+
+    return interleaved_medians({"forward": forward}, rounds=7, inner=20)["forward"] / env.num_envs
+
+
+def _split(task_name: str, rounds: int, n_steps: int) -> None:
+    """Measure one task's parts and its limit, and print them."""
+    cfg, suite, task, model, env = _learner(task_name, None, n_steps)
+    _, _, _, plain_model, plain_env = _learner(task_name, 0.0, n_steps)
+    (env_s, act_s, upd_sphere), (_, _, upd_topk) = _alternated(_Cycles(model, env, n_steps), _Cycles(plain_model, plain_env, n_steps), rounds)
+    steps_per_rollout = env.num_envs * n_steps
     flops = _update_flops(model)
-    peak = _matmul_peak()
     replay_s, replay_flops, n_products, others = _matmul_replay(model)
+    peak = _matmul_peak()  # beside the replay, so that both see the same load
 
     factories = task_factories(suite, task, cfg.eval.n_envs, env_seed(0, "eval"))
     t0 = time.perf_counter()
@@ -173,23 +224,35 @@ def main() -> None:
     probe.compute()
     probe_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
+        # The in-task checkpoint: captured at every rollout boundary, written every
+        # checkpoint.every_steps; and the task-end checkpoint (the model's zip), once per task.
         t0 = time.perf_counter()
+        state = intask.capture(model, env, 0, 0, {"steps": [0], "success": [0.0], "return": [0.0]}, {"eval": {"next_eval": 0}, "probe": None}, 0.0)
+        t1 = time.perf_counter()
+        intask.write(Path(tmp) / "in_task.pkl", state)
+        t2 = time.perf_counter()
         model.save(Path(tmp) / "ckpt.zip")
-        ckpt_s = time.perf_counter() - t0
+        capture_s, write_s, final_s = t1 - t0, t2 - t1, time.perf_counter() - t2
+    mj_s = _mujoco_floor(env)
+    fwd_s = _forward_floor(model, env)
 
-    rollouts = TASK_STEPS / steps_per_rollout
+    rollouts_per_task = TASK_STEPS / steps_per_rollout
     evals = cfg.eval.evals_per_task * cfg.eval.n_episodes * 2 + cfg.eval.matrix_episodes * 2
+    writes = math.ceil(TASK_STEPS / cfg.checkpoint.every_steps)
     parts = {
-        "env stepping": env_s * rollouts,
-        "acting (policy forward, SB3 buffer)": act_s * rollouts,
-        "PPO update without SPHERE": upd_topk * rollouts,
-        "SPHERE's penalty and second backward": max(0.0, upd_sphere - upd_topk) * rollouts,
+        "env stepping": env_s * rollouts_per_task,
+        "acting (policy forward, SB3 buffer)": act_s * rollouts_per_task,
+        "PPO update without SPHERE": upd_topk * rollouts_per_task,
+        "SPHERE's penalty and second backward": max(0.0, upd_sphere - upd_topk) * rollouts_per_task,
         f"evaluation ({evals} episodes)": episode * evals,
         f"probe ({cfg.eval.evals_per_task}×)": probe_s * cfg.eval.evals_per_task,
-        "in-task checkpoints (10×)": ckpt_s * 10,
+        f"checkpoints ({writes} in-task writes, the task's end)": capture_s * TASK_STEPS / CLI_ROLLOUT + write_s * writes + final_s,
     }
     total = sum(parts.values())
-    print(f"{suite.name} {task.name}, Top-K + SPHERE as the CLI builds it, 1 thread; measured over {args.rollouts} rollouts of "
+    floors = {"update (products at the 1024² rate)": (upd_sphere, flops / peak), "stepping (mj_step × frame skip)": (env_s, mj_s * steps_per_rollout),
+              "acting (one no-grad forward per vec step)": (act_s, fwd_s * steps_per_rollout)}  # fmt: skip
+    limit = sum(f for _, f in floors.values()) * rollouts_per_task
+    print(f"{suite.name} {task.name}, Top-K + SPHERE as the CLI builds it ({', '.join(f'{k} {v}' for k, v in cfg.labels().items())}), 1 thread; median of {rounds} alternated rollouts of "
           f"{steps_per_rollout:,} steps, projected onto one {TASK_STEPS:,}-step task ({total / 60:.1f} min)")  # fmt: skip
     for name, seconds in sorted(parts.items(), key=lambda kv: -kv[1]):
         print(f"  {name:<40} {seconds:8.1f} s  {100 * seconds / total:5.1f}%")
@@ -201,6 +264,20 @@ def main() -> None:
           f"{replay_s:.2f} s per rollout, {replay_flops / replay_s / 1e9:.1f} GFLOP/s ({100 * replay_flops / replay_s / peak:.0f}% of the 1024² peak); "
           f"they are {100 * replay_s / upd_sphere:.0f}% of the update's {upd_sphere:.2f} s, the rest ({upd_sphere - replay_s:.2f} s) is everything else")  # fmt: skip
     print("  the largest other ops by self time under the profiler: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in others))
+    print(f"  limit: {limit / 60:.1f} min for the task; today's task is {total / limit:.2f}× it (the limit is {limit / total:.2f}× today's task)")
+    for name, (today, floor) in floors.items():
+        print(f"    {name:<44} today {today / floor:5.2f}× its floor")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tasks", nargs="+", default=["hammer-v3", "push-wall-v3", "faucet-close-v3"], help="the slice's three tasks by default")
+    p.add_argument("--rounds", type=int, default=4, help="rollouts of each learner (with SPHERE, with ρ = 0), alternated")
+    p.add_argument("--n-steps", type=int, default=256)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    for task in args.tasks:
+        _split(task, args.rounds, args.n_steps)
 
 
 if __name__ == "__main__":
