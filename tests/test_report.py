@@ -593,6 +593,14 @@ def test_iqm_difference_and_the_chance_to_separate_have_known_answers() -> None:
     # a method with one distinct run against a constant baseline is separated at any count
     assert power_to_separate(better, pop, 3, sims=200, reps=400, n_baseline=30) > power_to_separate(better, pop, 3, sims=200, reps=400, n_baseline=2)
     assert power_to_separate(ones, zeros, 2, sims=50, reps=200, n_baseline=7) == 1.0
+    # a decision rule's "gain of at least d, separated": the gain's size and its sign count
+    assert power_to_separate(ones, zeros, 3, sims=50, reps=200, min_difference=0.2) == 1.0
+    assert power_to_separate(ones, zeros, 3, sims=50, reps=200, min_difference=1.5) == 0.0
+    assert power_to_separate(zeros, ones, 3, sims=50, reps=200) == 1.0
+    assert power_to_separate(zeros, ones, 3, sims=50, reps=200, min_difference=0.0) == 0.0  # a loss
+    small = np.full((3, 3), 0.3), np.full((3, 3), 0.2)
+    assert power_to_separate(*small, 5, sims=50, reps=200, min_difference=0.2) == 0.0
+    assert power_to_separate(*small, 5, sims=50, reps=200, min_difference=0.1) == 1.0  # 0.1 exactly, in floats
 
 
 def test_whole_run_resampling_keeps_each_runs_tasks_together() -> None:

@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tools import collect_runs, same_training, screen_summary
@@ -105,3 +106,38 @@ def test_sphere_scale_summary_is_first_row_against_the_mean_of_the_last_ten(tmp_
     f = tmp_path / "paper-authors-hammer-s1.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert "| paper-authors-hammer-s1 | 20 → 5.5 | 14.5 (19) | 0.50 | 81,920 |" in sphere_scale.summary_table([f])
+
+
+def test_slice_decision_applies_the_rule_of_results_section_8() -> None:
+    from tools.slice_decision import LOOKS, decide
+
+    ones, zeros = np.ones((5, 3)), np.zeros((5, 3))
+    assert decide(ones[:4], zeros).verdict == "observation"  # 4 seeds decide nothing
+    d = decide(ones, zeros, sims=20)
+    assert (d.verdict, d.look, d.difference, d.ci, d.power) == ("reproduces", 5, 1.0, (1.0, 1.0), None)
+    # the lowest seeds make the look: a sixth run does not enter the 5-seed look
+    assert decide(np.vstack([ones, zeros[:1]]), np.vstack([zeros, ones[:1]]), sims=20).runs == (5, 5)
+    # a gain of at least 0.2 whose CI includes 0: more seeds at the first look, none after the last
+    x, y = np.repeat([1.0, 1.0, 1.0, 0.0, 0.0], 3).reshape(5, 3), np.repeat([1.0, 1.0, 0.0, 0.0, 0.0], 3).reshape(5, 3)
+    d = decide(x, y, sims=20)
+    assert d.difference >= 0.2 and d.ci[0] <= 0 and d.verdict == f"grow to {LOOKS[-1]} seeds" and d.power is None
+    x10, y10 = np.repeat([1.0] * 5 + [0.0] * 5, 3).reshape(10, 3), np.repeat([1.0] * 3 + [0.0] * 7, 3).reshape(10, 3)
+    d = decide(x10, y10, sims=50)
+    assert d.look == 10 and d.difference >= 0.2 and d.ci[0] <= 0 and d.verdict == "did not reproduce" and 0 <= d.power <= 1
+    # no gain: the power is the rule's at the paper's difference; without spread it always fires
+    d = decide(np.full((5, 3), 0.5), np.full((5, 3), 0.5), sims=20)
+    assert (d.verdict, d.difference, d.power) == ("did not reproduce", 0.0, 1.0)
+
+
+def test_slice_decision_cli_on_the_committed_slice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tools import slice_decision
+
+    out = tmp_path / "decision.json"
+    assert slice_decision.main([str(RESULTS / "slice-authors"), "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["method"] == "sphere" and got["runs"][0] >= 1 and got["runs"][1] >= 1
+    if min(got["runs"]) < 5:
+        assert got["verdict"] == "observation" and got["look"] is None
+    with pytest.raises(SystemExit) as exc:
+        slice_decision.main([str(RESULTS / "slice-authors"), "--method", "nosuch"])
+    assert exc.value.code == 2 and "valid choices" in capsys.readouterr().err

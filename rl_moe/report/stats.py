@@ -213,6 +213,7 @@ def power_to_separate(
     confidence: float = 0.95,
     seed: int = 0,
     n_baseline: int | None = None,
+    min_difference: float | None = None,
 ) -> float:
     """The chance that :func:`iqm_difference_ci` excludes 0 with ``n_runs`` runs of the method and
     ``n_baseline`` (default ``n_runs``) of the baseline, taking the observed runs as the
@@ -224,6 +225,8 @@ def power_to_separate(
 
     :param x: (M, T) observed scores of the method
     :param y: (N, T) observed scores of the baseline
+    :param min_difference: count only studies whose CI lies above 0 and whose IQM difference is at
+        least this (a decision rule's "gain of at least d, separated"); None: a CI off 0 either way
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     n_base = n_runs if n_baseline is None else n_baseline
@@ -242,7 +245,10 @@ def power_to_separate(
     diff = boot(sx) - boot(sy)
     alpha = (1.0 - confidence) / 2
     low, high = np.percentile(diff, [100 * alpha, 100 * (1 - alpha)], axis=1)
-    return float(np.mean((low > 0) | (high < 0)))
+    if min_difference is None:
+        return float(np.mean((low > 0) | (high < 0)))
+    point = iqm(sx.reshape(sims, -1), axis=-1) - iqm(sy.reshape(sims, -1), axis=-1)
+    return float(np.mean((low > 0) & (point >= min_difference - TIE_TOLERANCE)))
 
 
 def permutation_p(x: np.ndarray, y: np.ndarray, max_splits: int = PERMUTATION_SPLITS, seed: int = 0) -> float:
@@ -303,6 +309,8 @@ def permutation_power(
 
     :param x: (M, T) observed scores of the method
     :param y: (N, T) observed scores of the baseline
+    :param min_difference: count only studies whose CI lies above 0 and whose IQM difference is at
+        least this (a decision rule's "gain of at least d, separated"); None: a CI off 0 either way
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     n_base = n_runs if n_baseline is None else n_baseline

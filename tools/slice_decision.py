@@ -1,0 +1,114 @@
+"""The decision rule of docs/results.md §8, applied to a folder of slice runs.
+
+    python -m tools.slice_decision results/slice-authors [--baseline topk --method sphere] [--json FILE]
+
+The statistic is the IQM of own-segment success over run × task cells (any step, the training
+positions) and the difference method − baseline with its 95% stratified-bootstrap CI at the report's
+verdict replicas. The rule looks at 5 complete seeds per method, and at 10 when the first look asks
+for more; a look takes each method's lowest seeds.
+
+1. **reproduces**: the difference is ≥ 0.2 and its CI excludes 0;
+2. **grow to 10 seeds**: at the first look, the difference is ≥ 0.2 and the CI includes 0;
+3. **did not reproduce**: otherwise (at the second look, 2 also ends here), with the rule's power at
+   the observed spread: the share of simulated studies of the look's size, drawn from each method's
+   observed runs with the method's shifted by a constant so that the populations' IQM difference is
+   the paper's 0.44 (Table 14: 0.89 − 0.45), in which rule 1 fires.
+
+Fewer than 5 complete seeds on either side decide nothing: the values are printed as an observation.
+Reads only ``results.json`` (complete runs), through the report's loader.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rl_moe.cli import UsageParser
+from rl_moe.report.loading import ReportError, load_runs
+from rl_moe.report.stats import SEPARATION_SIMS, TIE_TOLERANCE, VERDICT_REPS, iqm, iqm_difference_ci, power_to_separate
+from rl_moe.report.tables import complete_scores, contexts
+
+#: The looks, in complete seeds per method; the last one is final.
+LOOKS = (5, 10)
+#: The smallest IQM difference the rule calls a gain.
+MIN_GAIN = 0.2
+#: The paper's difference on the slice (SPHERE 0.89 against Top-K 0.45, Table 14): the true
+#: difference the power is computed at.
+PAPER_DIFFERENCE = 0.44
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the rule says about one pair of score matrices."""
+
+    verdict: str  # "observation", "reproduces", "grow to 10 seeds" or "did not reproduce"
+    look: int | None  # seeds per method the verdict used (None: an observation, all seeds used)
+    runs: tuple[int, int]  # complete runs of (method, baseline) used
+    iqm: tuple[float, float]  # (method, baseline)
+    difference: float
+    ci: tuple[float, float]
+    power: float | None  # rule 3's power at the observed spread; None unless the verdict is 3's
+
+
+def decide(x: np.ndarray, y: np.ndarray, sims: int = SEPARATION_SIMS, seed: int = 0) -> Decision:
+    """§8's rule on (runs, tasks) scores of the method ``x`` and the baseline ``y``, each in seed
+    order (a look takes the first rows)."""
+    n = min(len(x), len(y))
+    look = max((k for k in LOOKS if k <= n), default=None)
+    if look is not None:
+        x, y = x[:look], y[:look]
+    d = iqm_difference_ci(x, y, reps=VERDICT_REPS, seed=seed)
+    values = dict(look=look, runs=(len(x), len(y)), iqm=(float(iqm(x)), float(iqm(y))), difference=d.value, ci=(d.low, d.high))
+    if look is None:
+        return Decision("observation", power=None, **values)  # type: ignore[arg-type]
+    gain = d.value >= MIN_GAIN - TIE_TOLERANCE
+    if gain and d.low > 0:
+        return Decision("reproduces", power=None, **values)  # type: ignore[arg-type]
+    if gain and look != LOOKS[-1]:
+        return Decision(f"grow to {LOOKS[-1]} seeds", power=None, **values)  # type: ignore[arg-type]
+    shifted = x + (PAPER_DIFFERENCE - (iqm(x) - iqm(y)))
+    power = power_to_separate(shifted, y, look, sims=sims, seed=seed, min_difference=MIN_GAIN)
+    return Decision("did not reproduce", power=power, **values)  # type: ignore[arg-type]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = UsageParser(prog="python -m tools.slice_decision", description=__doc__.splitlines()[0])
+    p.add_argument("runs", type=Path, help="folder of run summaries (one suite)")
+    p.add_argument("--baseline", default="topk")
+    p.add_argument("--method", default="sphere", help="method name as the report prints it")
+    p.add_argument("--sims", type=int, default=SEPARATION_SIMS, help="simulated studies behind the power")
+    p.add_argument("--json", type=Path, default=None, help="also write the decision here")
+    args = p.parse_args(argv)
+    if args.sims < 1:
+        p.error(f"--sims {args.sims}: need an integer >= 1")
+    try:
+        ctx = contexts(load_runs([args.runs]))[0]
+    except (ReportError, IndexError) as exc:
+        p.error(f"{args.runs}: {exc or 'no runs'}")
+    crl = ctx.runs.get("crl", {})
+    for name in (args.baseline, args.method):
+        if name not in crl:
+            p.error(f"unknown method {name!r}; valid choices (methods found): {', '.join(sorted(crl)) or 'none'}")
+    x, y = (complete_scores(sorted(crl[m], key=lambda r: r.seed)) for m in (args.method, args.baseline))
+    d = decide(x, y, sims=args.sims)
+    (mx, by) = d.iqm
+    print(f"{ctx.suite} CRL, {args.method} against {args.baseline}: {d.runs[0]} and {d.runs[1]} complete runs"
+          + (f" (the {d.look}-seed look)" if d.look else ""))  # fmt: skip
+    print(f"  IQM {mx:.3f} against {by:.3f}; difference {d.difference:+.3f} [95% CI {d.ci[0]:+.3f}, {d.ci[1]:+.3f}]")
+    line = f"  verdict: {d.verdict}"
+    if d.verdict == "observation":
+        line += f" (the rule decides at {LOOKS[0]} complete seeds per method)"
+    if d.power is not None:
+        line += f"; power at the observed spread, true difference {PAPER_DIFFERENCE}: {d.power:.2f} ({args.sims} simulated {d.look}-seed studies)"
+    print(line)
+    if args.json is not None:
+        args.json.write_text(json.dumps({"method": args.method, "baseline": args.baseline, **asdict(d)}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
