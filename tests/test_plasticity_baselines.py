@@ -53,6 +53,26 @@ def test_l2init_is_zero_at_init_and_its_gradient_is_two_lambda_times_the_drift()
     assert {id(p) for p in policy_roles(policy)["critic"].parameters}.isdisjoint(reg._init)
 
 
+def test_l2init_settings_names_and_a_saved_theta0_of_another_dtype() -> None:
+    from rl_moe.regularizers.l2init import L2InitConfig
+
+    assert L2InitConfig(coef=0.0).coef == 0.0  # lambda = 0 is allowed (the method switched off)
+    with pytest.raises(ValueError, match="l2init coef must be >= 0, got -0.1"):
+        L2InitConfig(coef=-0.1)
+    reg = L2Init(L2InitConfig(coef=0.25, target="both"))
+    assert reg.config == L2InitConfig(coef=0.25, target="both")  # the config given, not the defaults
+    policy = _policy()
+    reg.on_training_start(types.SimpleNamespace(policy=policy))
+    ctx = _Ctx(policy)
+    assert [t.name for t in reg.penalty(ctx)] == ["l2init_actor", "l2init_critic"]  # one term per role, named by it
+    # theta_0 saved in float64 (or on another device) comes back as each parameter's own tensor
+    state = reg.state_dict(policy)
+    reg.load_state_dict({"init": {k: t.double() for k, t in state["init"].items()}}, policy)
+    params = dict(policy.named_parameters())
+    assert all(reg._init[id(params[k])].dtype == params[k].dtype == torch.float32 for k in state["init"])
+    assert all(float(t.loss) == 0.0 for t in reg.penalty(ctx))
+
+
 def test_snp_shrinks_by_lambda_and_perturbs_at_the_initial_scale() -> None:
     policy = _policy()
     algo = types.SimpleNamespace(policy=policy)
