@@ -94,6 +94,33 @@ def test_reset_copies_its_fresh_weights_into_td3s_target_networks() -> None:
 # --- plasticity injection ---------------------------------------------------------------------------
 
 
+def test_injection_gives_td3s_target_networks_the_same_fresh_heads() -> None:
+    """TD3's targets take the injection too: each target's stack gets the fresh head its network
+    got (the same values, frozen head and copy alike), so the targets' function is unchanged."""
+    from rl_moe.algos import MoETD3
+    from rl_moe.nn.inject import injected_stacks
+    from rl_moe.policies import MoETD3Policy, policy_roles
+    from rl_moe.regularizers.injection import InjectionConfig, PlasticityInjection
+
+    reg = PlasticityInjection(InjectionConfig(target="both", seed=3))
+    assert reg.config == InjectionConfig(target="both", seed=3)  # the config given, not the defaults
+    model = MoETD3(MoETD3Policy, gym.make("Pendulum-v1"), regularizers=[reg], learning_starts=16, batch_size=16, seed=0, device="cpu",
+                   policy_kwargs={"n_experts": 4, "top_k": 2, "hidden": (16, 16)})  # fmt: skip
+    model.learn(64)
+    pairs = [pair for role in policy_roles(model.policy).values() for pair in zip(role.networks, role.targets)]
+    assert len(pairs) == 3  # the actor and the two critics, each with its target
+    reg.apply(model.policy)
+    for net, target in pairs:
+        stacks, twins = injected_stacks(net), injected_stacks(target)
+        assert stacks.keys() == twins.keys() and stacks
+        for key, stack in stacks.items():
+            got, want = twins[key].injected, stack.injected
+            assert len(got) == len(want) == 1, key
+            for a, b in zip([*got.heads_w, *got.heads_b, *got.start_w, *got.start_b], [*want.heads_w, *want.heads_b, *want.start_w, *want.start_b]):
+                assert a is not b and torch.equal(a, b), key  # the same values, in tensors of its own
+            assert not twins[key].weights[-1].requires_grad  # its old head frozen, as the network's
+
+
 def test_injection_keeps_the_torsos_gradient() -> None:
     """At the injection the network's function is unchanged, so is the gradient of any loss with
     respect to the torso (the experts' hidden layers): it flows through the frozen head and the

@@ -160,6 +160,48 @@ def test_nap_projects_a_hand_made_matrix_back_to_its_initial_norm() -> None:
     assert logs["nap_norm_growth_max"] == pytest.approx(1.0) and logs["nap_norm_growth"] == pytest.approx(0.5 / n)
 
 
+def test_nap_settings_containers_log_windows_and_a_state_before_training() -> None:
+    from rl_moe.regularizers.nap import NaPConfig, NormalizeProject, projected_weights
+
+    assert NormalizeProject(NaPConfig(target="both", heads=True)).config == NaPConfig(target="both", heads=True)  # not the defaults
+    model, reg = _nap_learner()
+    net = model.policy.actor_net
+    # the gate's logits are found by their own name, however deep the network sits
+    names = {id(p): n for n, p in net.named_parameters()}
+    alone = [names[id(w)] for w, _ in projected_weights(net, heads=False)]
+    wrapped = [names[id(w)] for w, _ in projected_weights(torch.nn.Sequential(torch.nn.ModuleDict({"actor": net})), heads=False)]
+    assert wrapped == alone and not any("logits" in n for n in alone)
+    # each log is the mean over the steps since the last one, not since the first
+    reg.on_training_start(model)
+    w = net.experts.weights[0]
+    n = sum(t.numel() for t in _matrix_norms(net).values()) - net.n_experts - 1  # no heads, no logits
+    means = []
+    for grow in (2.0, 4.0):
+        with torch.no_grad():
+            w[0].mul_(grow)
+        reg.after_update(model, "ppo")
+        means.append(reg.logs()["nap_norm_growth"])
+    assert means == [pytest.approx((2.0 - 1.0) / n), pytest.approx((4.0 - 1.0) / n)]
+    assert reg.logs() == {}  # nothing since the last log
+    # a state saved before training starts has no norms; each saved norm goes to its weight's device
+
+    class Spy:
+        def __init__(self) -> None:
+            self.to_args: list[object] = []
+
+        def to(self, *args: object) -> "Spy":
+            self.to_args.append(args)
+            return self
+
+    fresh = NormalizeProject()
+    fresh.load_state_dict({}, model.policy)
+    assert fresh._init == {}
+    spy = Spy()
+    name = next(iter(reg.state_dict(model.policy)["init"]))
+    fresh.load_state_dict({"init": {name: spy}}, model.policy)
+    assert spy.to_args == [(dict(model.policy.named_parameters())[name].device,)]
+
+
 @pytest.mark.parametrize("heads", [False, True])
 def test_nap_norms_after_training_equal_the_norms_at_init(heads: bool) -> None:
     model, reg = _nap_learner(heads=heads)
