@@ -91,6 +91,65 @@ def test_reset_copies_its_fresh_weights_into_td3s_target_networks() -> None:
         assert not torch.equal(online[first], lagged[first])  # not reset: the target still lags
 
 
+def _orthogonal_with(m: torch.Tensor, gain: float) -> bool:
+    """``m`` (a, b) has orthogonal columns (a >= b) or rows (a < b), each of norm ``gain``."""
+    g = m.T @ m if m.shape[0] >= m.shape[1] else m @ m.T
+    return torch.allclose(g, gain**2 * torch.eye(g.shape[0], dtype=m.dtype), atol=1e-5)
+
+
+def test_reset_draws_each_layer_as_at_construction_and_counts_what_it_reset() -> None:
+    """The fresh tensors of a reset, layer by layer: every expert's matrix orthogonal with its
+    layer's gain (hidden: the activation's, the head: the stack's own), biases 0, a reset hidden
+    layer's LayerNorm back to (1, 0), the router logits orthogonal with gain 1 and drawn from the
+    reset's seed; ``layers`` at the expert's depth resets the first layer too."""
+    from rl_moe.nn import NetConfig, build_network
+    from rl_moe.nn.experts import ACTIVATION_GAINS
+    from rl_moe.regularizers.reset import Reset, ResetConfig, _fresh_values, _orthogonal
+
+    with pytest.raises(ValueError, match="reset layers must be >= 1, got 0"):
+        ResetConfig(layers=0)
+    with pytest.raises(ValueError, match="reset every_updates must be >= 0, got -1"):
+        ResetConfig(every_updates=-1)
+    assert Reset(ResetConfig(layers=2, gate=True, seed=5)).config == ResetConfig(layers=2, gate=True, seed=5)  # the config given
+    assert Reset().logs() == {"reset_count": 0.0, "reset_params": 0.0}
+    gen = torch.Generator().manual_seed(0)
+    assert _orthogonal(torch.zeros(3, 5, 4, dtype=torch.float64), 1.0, gen).dtype == torch.float64
+    assert _orthogonal(torch.empty(3, 5, 4, device="meta"), 1.0, gen).device.type == "meta"  # drawn on the CPU, put where the tensor lives
+
+    net = build_network(5, 3, NetConfig(hidden=(8, 6), gate_hidden=(6,), n_experts=4, layer_norm=True))
+    stack = net.experts
+    n = stack.n_layers
+    names = {id(p): k for k, p in net.named_parameters()}
+    for layers in (1, 2, n):
+        fresh = dict(_fresh_values(net, layers, True, torch.Generator().manual_seed(7)))
+        again = dict(_fresh_values(net, layers, True, torch.Generator().manual_seed(7)))
+        assert fresh.keys() == again.keys() and all(torch.equal(fresh[k], again[k]) for k in fresh)  # the seed decides
+        for layer in range(n):
+            w, b = names[id(stack.weights[layer])], names[id(stack.biases[layer])]
+            assert (w in fresh) == (b in fresh) == (layer >= n - layers), (layers, layer)
+            if w not in fresh:
+                continue
+            gain = stack.out_gain if layer == n - 1 else ACTIVATION_GAINS[stack.activation]
+            assert all(_orthogonal_with(m, gain) for m in fresh[w]) and not torch.any(fresh[b])
+            if layer < n - 1:  # a hidden layer: its LayerNorm affine back to (1, 0)
+                lw, lb = names[id(stack.ln_weights[layer])], names[id(stack.ln_biases[layer])]
+                assert torch.equal(fresh[lw], torch.ones_like(stack.ln_weights[layer])) and not torch.any(fresh[lb])
+        logits = net.gate_mlp().logits
+        assert _orthogonal_with(fresh[names[id(logits.weight)]], 1.0) and not torch.any(fresh[names[id(logits.bias)]])
+        assert len(fresh) == 2 * layers + 2 * min(layers - 1, n - 1) + 2  # weights, biases, LayerNorms, logits
+
+
+def test_reset_every_update_counts_gradient_steps_from_zero() -> None:
+    from rl_moe.regularizers.reset import Reset
+
+    reg = Reset(every_updates=1)
+    applied: list[int] = []
+    reg.apply = lambda policy: applied.append(reg._updates)  # type: ignore[method-assign]
+    for _ in range(3):
+        reg.after_update(type("Algo", (), {"policy": None})(), "ppo")
+    assert applied == [1, 2, 3]
+
+
 # --- plasticity injection ---------------------------------------------------------------------------
 
 
