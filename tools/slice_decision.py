@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from rl_moe.cli import UsageParser
-from rl_moe.report.loading import ReportError, load_runs
 from rl_moe.report.stats import SEPARATION_SIMS, TIE_TOLERANCE, VERDICT_REPS, iqm, iqm_difference_ci, power_to_separate
-from rl_moe.report.tables import complete_scores, contexts
+from rl_moe.report.tables import complete_scores
+from tools._crl_runs import crl_runs
 
 #: The looks, in complete seeds per method; the last one is final.
 LOOKS = (5, 10)
@@ -85,18 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.sims < 1:
         p.error(f"--sims {args.sims}: need an integer >= 1")
-    try:
-        ctx = contexts(load_runs([args.runs]))[0]
-    except (ReportError, IndexError) as exc:
-        p.error(f"{args.runs}: {exc or 'no runs'}")
-    crl = ctx.runs.get("crl", {})
-    for name in (args.baseline, args.method):
-        if name not in crl:
-            p.error(f"unknown method {name!r}; valid choices (methods found): {', '.join(sorted(crl)) or 'none'}")
-    x, y = (complete_scores(sorted(crl[m], key=lambda r: r.seed)) for m in (args.method, args.baseline))
+    suite, runs = crl_runs(p, args.runs, (args.baseline, args.method))
+    x, y = (complete_scores(sorted(runs[m], key=lambda r: r.seed)) for m in (args.method, args.baseline))
     d = decide(x, y, sims=args.sims)
     (mx, by) = d.iqm
-    print(f"{ctx.suite} CRL, {args.method} against {args.baseline}: {d.runs[0]} and {d.runs[1]} complete runs"
+    print(f"{suite} CRL, {args.method} against {args.baseline}: {d.runs[0]} and {d.runs[1]} complete runs"
           + (f" (the {d.look}-seed look)" if d.look else ""))  # fmt: skip
     print(f"  IQM {mx:.3f} against {by:.3f}; difference {d.difference:+.3f} [95% CI {d.ci[0]:+.3f}, {d.ci[1]:+.3f}]")
     line = f"  verdict: {d.verdict}"

@@ -18,7 +18,6 @@ Reads only ``results.json`` (complete runs, own-segment success), through the re
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -26,9 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from rl_moe.cli import UsageParser
-from rl_moe.report.loading import ReportError, load_runs
 from rl_moe.report.stats import iqm_difference_ci, permutation_p
-from rl_moe.report.tables import complete_scores, contexts
+from rl_moe.report.tables import complete_scores
+from tools._crl_runs import crl_runs
 
 #: Bootstrap replicas and random splits per look (the report's power columns use the same sizes).
 REPS, SPLITS = 1_000, 1_000
@@ -77,15 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not 2 <= args.start <= args.stop:
         p.error(f"--start {args.start} --stop {args.stop}: need 2 <= start <= stop")
-    try:
-        ctx = contexts(load_runs([args.runs]))[0]
-    except (ReportError, IndexError) as exc:
-        p.error(f"{args.runs}: {exc or 'no runs'}")
-    crl = ctx.runs.get("crl", {})
-    for name in (args.baseline, args.method):
-        if name not in crl:
-            p.error(f"unknown method {name!r}; valid choices (methods found): {', '.join(sorted(crl))}")
-    x, y = complete_scores(crl[args.method]), complete_scores(crl[args.baseline])
+    _, runs = crl_runs(p, args.runs, (args.baseline, args.method))
+    x, y = complete_scores(runs[args.method]), complete_scores(runs[args.baseline])
     pooled = np.concatenate([x, y])
     out = {
         "method": args.method,
