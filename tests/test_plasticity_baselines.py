@@ -107,6 +107,64 @@ def test_snp_per_update_variant_applies_every_n_updates() -> None:
     assert reg.applied == 2
 
 
+def test_snp_settings_are_checked_and_the_config_given_is_kept() -> None:
+    from rl_moe.regularizers.snp import SNPConfig
+
+    assert SNPConfig(shrink=0.0).shrink == 0.0 and SNPConfig(shrink=1.0).shrink == 1.0  # both ends are allowed
+    with pytest.raises(ValueError, match=r"snp shrink must lie in \[0, 1\], got 1.5"):
+        SNPConfig(shrink=1.5)
+    with pytest.raises(ValueError, match="snp noise and every_updates must be >= 0, got -0.1 and 0"):
+        SNPConfig(noise=-0.1)
+    with pytest.raises(ValueError, match="got 0.1 and -1"):
+        SNPConfig(every_updates=-1)
+    assert ShrinkPerturb(SNPConfig(shrink=0.3, noise=0.2)).config == SNPConfig(shrink=0.3, noise=0.2)
+
+
+def test_snp_counts_gradient_steps_from_zero_and_every_update_applies_at_n_1() -> None:
+    policy = _policy()
+    algo = types.SimpleNamespace(policy=policy)
+    reg = ShrinkPerturb(shrink=0.5, noise=0.0, every_updates=3)
+    reg.on_training_start(algo)
+    reg.after_update(algo, "ppo")
+    reg.after_update(algo, "ppo")
+    assert reg.applied == 0  # two steps of three
+    reg.after_update(algo, "ppo")
+    assert reg.applied == 1 and reg.state_dict(policy)["updates"] == 3
+    every = ShrinkPerturb(shrink=0.5, noise=0.0, every_updates=1)
+    every.on_training_start(algo)
+    for _ in range(2):
+        every.after_update(algo, "ppo")
+    assert every.applied == 2
+
+
+def test_snp_noise_scale_of_one_and_two_element_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A one-element tensor has no spread at initialization and gets no noise (its sample std
+    would be NaN); a two-element one gets its sample std."""
+    import rl_moe.regularizers.snp as snp
+
+    one = torch.nn.Parameter(torch.tensor([0.7]))
+    two = torch.nn.Parameter(torch.tensor([1.0, 3.0]))
+    monkeypatch.setattr(snp, "policy_roles", lambda policy: {"actor": types.SimpleNamespace(parameters=[one, two])})
+    algo = types.SimpleNamespace(policy=None)
+    reg = ShrinkPerturb(shrink=1.0, noise=0.1)
+    reg.on_training_start(algo)
+    assert reg._std == {id(one): 0.0, id(two): pytest.approx(2**0.5)}
+    reg.apply(algo)
+    assert float(one.detach()) == pytest.approx(0.7) and bool(torch.isfinite(two).all()) and not torch.equal(two.detach(), torch.tensor([1.0, 3.0]))
+
+
+def test_snp_state_names_every_targeted_parameter_and_loads_back() -> None:
+    policy = _policy()
+    reg = ShrinkPerturb()
+    reg.on_training_start(types.SimpleNamespace(policy=policy))
+    state = reg.state_dict(policy)
+    names = {n for n, p in policy.named_parameters() if any(p is q for q in policy_roles(policy)["actor"].parameters)}
+    assert set(state["std"]) == names and names
+    back = ShrinkPerturb()
+    back.load_state_dict(state, policy)
+    assert back._std == reg._std
+
+
 @pytest.mark.parametrize("method", ["snp", "l2init"])
 def test_smoke_crl_run_and_report(tmp_path: Path, method: str) -> None:
     from rl_moe.crl import main
