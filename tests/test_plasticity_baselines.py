@@ -140,7 +140,7 @@ def test_snp_counts_gradient_steps_from_zero_and_every_update_applies_at_n_1() -
 def test_snp_noise_scale_of_one_and_two_element_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
     """A one-element tensor has no spread at initialization and gets no noise (its sample std
     would be NaN); a two-element one gets its sample std."""
-    import rl_moe.regularizers.snp as snp
+    from rl_moe.regularizers import snp
 
     one = torch.nn.Parameter(torch.tensor([0.7]))
     two = torch.nn.Parameter(torch.tensor([1.0, 3.0]))
