@@ -35,8 +35,12 @@ from task_time_split import _alternated, _Cycles, _update_flops  # noqa: E402
 SB3_NET = {"net_arch": {"pi": [256] * 3, "vf": [256] * 3}}
 
 
+def _cfg(n_steps: int):  # type: ignore[no-untyped-def]
+    return resolve(RunRequest(suite="cw10", method="topk", tasks=10, vec_env="dummy", device="cpu", overrides=(f"ppo.n_steps={n_steps}",)))
+
+
 def _envs(task_name: str, n_steps: int):  # type: ignore[no-untyped-def]
-    cfg = resolve(RunRequest(suite="cw10", method="topk", tasks=10, vec_env="dummy", device="cpu", overrides=(f"ppo.n_steps={n_steps}",)))
+    cfg = _cfg(n_steps)
     suite = suite_of(cfg)
     task = next(t for t in suite.tasks if t.name == task_name)
     return cfg, make_vec_env(task_factories(suite, task, cfg.ppo.n_envs, 0), "dummy")
@@ -58,21 +62,29 @@ def _sb3(task_name: str, n_steps: int):  # type: ignore[no-untyped-def]
     return model, env
 
 
-def _compare(task_name: str, rounds: int, n_steps: int) -> None:
-    cfg, ours, ours_env = _ours(task_name, n_steps)
+def measure(task_name: str, rounds: int, n_steps: int) -> dict[str, tuple[float, float]]:
+    """Median seconds per cycle, (ours, SB3's), of env stepping, acting, the update and the whole
+    cycle, alternated; and the update's matrix-product FLOP of each under ``"flop"``."""
+    _, ours, ours_env = _ours(task_name, n_steps)
     sb3, sb3_env = _sb3(task_name, n_steps)
-    (o_env, o_act, o_upd), (s_env, s_act, s_upd) = _alternated(_Cycles(ours, ours_env, n_steps), _Cycles(sb3, sb3_env, n_steps), rounds)
-    o_flops, s_flops = _update_flops(ours), _update_flops(sb3)
-    steps = ours_env.num_envs * n_steps
-    o_total, s_total = o_env + o_act + o_upd, s_env + s_act + s_upd
+    o, s = _alternated(_Cycles(ours, ours_env, n_steps), _Cycles(sb3, sb3_env, n_steps), rounds)
+    parts = {name: (o[k], s[k]) for k, name in enumerate(("env", "acting", "update"))}
+    return {**parts, "task": (sum(o), sum(s)), "flop": (_update_flops(ours), _update_flops(sb3))}
+
+
+def _compare(task_name: str, rounds: int, n_steps: int) -> None:
+    cfg = _cfg(n_steps)
+    m = measure(task_name, rounds, n_steps)
     print(f"cw10 {task_name}: Top-K as the CLI builds it ({', '.join(f'{k} {v}' for k, v in cfg.labels().items())}) against SB3 PPO MlpPolicy 3 × 256, "
-          f"1 thread, median of {rounds} alternated cycles of {steps:,} env steps and one update")  # fmt: skip
+          f"1 thread, median of {rounds} alternated cycles of {cfg.ppo.n_envs * n_steps:,} env steps and one update")  # fmt: skip
     print(f"  {'part':<10} {'ours s':>8} {'SB3 s':>8} {'SB3 / ours':>11}")
-    for name, o, s in (("env", o_env, s_env), ("acting", o_act, s_act), ("update", o_upd, s_upd), ("task", o_total, s_total)):
+    for name in ("env", "acting", "update", "task"):
+        o, s = m[name]
         print(f"  {name:<10} {o:8.2f} {s:8.2f} {s / o:11.2f}")
+    (o_flops, s_flops), o_upd, s_upd = m["flop"], m["update"][0], m["update"][1]
     print(f"  update matmuls: ours {o_flops / 1e9:.1f} GFLOP, SB3 {s_flops / 1e9:.1f} GFLOP ({o_flops / s_flops:.1f}× SB3's); "
           f"per GFLOP ours {o_upd / (o_flops / 1e9):.3f} s, SB3 {s_upd / (s_flops / 1e9):.3f} s")  # fmt: skip
-    print(f"  ratio SB3 / ours for the task: {s_total / o_total:.2f} (goal >= 1.0)")
+    print(f"  ratio SB3 / ours for the task: {m['task'][1] / m['task'][0]:.2f} (goal >= 1.0)")
 
 
 def main() -> None:

@@ -1,0 +1,171 @@
+"""A ``cw10`` slice task's speed in one run: this checkout against a baseline commit, the update's
+share of this core's matmul peak, and a Top-K task against SB3's PPO ``MlpPolicy`` 3 × 256.
+
+1. **Against a baseline commit.** Two worker processes, one importing this checkout's ``rl_moe``
+   and one a baseline checkout's (``--baseline``, e.g. a ``git worktree`` of the commit before a
+   change), each build Top-K + SPHERE as ``python -m rl_moe.crl --suite cw10 --method sphere``
+   does (the suite's default network and λ arithmetic, 8 envs on the fast path) and run
+   rollout-plus-update cycles when told. The parent alternates them a b b a over ``--rounds``
+   cycles per task, so the neighbours' load hits both alike, and prints the ratio new / baseline
+   of the whole cycle and of each part (env stepping, acting, the update with SPHERE). Goal ≤ 0.5.
+2. **The update's share of the matmul peak**: the update's matrix-product FLOP (torch's profiler)
+   over its seconds in this checkout's worker, against the 1024² fp32 matmul rate measured in the
+   same run. Goal ≥ 0.70.
+3. **Against SB3**: ``vs_sb3.py``'s comparison (Top-K, no SPHERE), SB3's time over ours. Goal ≥ 1.0.
+
+    git worktree add --detach /tmp/rl_moe-base <commit>
+    OMP_NUM_THREADS=1 python benchmarks/task_speed.py --baseline /tmp/rl_moe-base [--tasks hammer-v3 push-wall-v3] [--rounds 4]
+
+The workers use only what every commit since the slice's has (``resolve``, ``build_model``,
+``begin_task``, the envs' factories), so any later commit can be compared with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PARTS = ("env", "acting", "update")
+
+
+def _worker(task_name: str, n_steps: int) -> None:
+    """Build the SPHERE learner from whichever ``rl_moe`` is first on the path, then run one
+    rollout-plus-update cycle per ``cycle`` line on stdin and print its seconds as JSON."""
+    import torch
+
+    import rl_moe
+    from rl_moe.continual.agents import begin_task, build_model
+    from rl_moe.continual.resolve import RunRequest, resolve, suite_of
+    from rl_moe.envs.factories import make_vec_env, task_factories
+
+    torch.set_num_threads(1)
+    cfg = resolve(RunRequest(suite="cw10", method="sphere", tasks=10, vec_env="dummy", device="cpu", overrides=(f"ppo.n_steps={n_steps}",)))
+    suite = suite_of(cfg)
+    task = next(t for t in suite.tasks if t.name == task_name)
+    env = make_vec_env(task_factories(suite, task, cfg.ppo.n_envs, 0), "dummy")
+    model = build_model(cfg, env, "cpu")
+    begin_task(model, cfg, 0, 0)
+    steps = env.num_envs * n_steps
+    clock = {"env": 0.0, "update": 0.0}
+    step, train = env.step, model.train
+
+    def timed_step(actions):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        out = step(actions)
+        clock["env"] += time.perf_counter() - t0
+        return out
+
+    def timed_train() -> None:
+        t0 = time.perf_counter()
+        train()
+        clock["update"] += time.perf_counter() - t0
+
+    env.step, model.train = timed_step, timed_train
+    model.learn(steps, reset_num_timesteps=False)  # warm-up: first forward, allocations
+    print(json.dumps({"ready": str(Path(rl_moe.__file__).parent)}), flush=True)
+    for line in sys.stdin:
+        if line.strip() == "flop":
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_flops=True) as prof:
+                train()
+            print(json.dumps({"flop": float(sum(e.flops for e in prof.key_averages() if e.flops))}), flush=True)
+            continue
+        clock["env"] = clock["update"] = 0.0
+        t0 = time.perf_counter()
+        model.learn(steps, reset_num_timesteps=False)
+        total = time.perf_counter() - t0
+        print(json.dumps({"env": clock["env"], "acting": total - clock["env"] - clock["update"], "update": clock["update"]}), flush=True)
+
+
+class _Worker:
+    """One worker process on one checkout."""
+
+    def __init__(self, tree: Path, task: str, n_steps: int) -> None:
+        env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
+        cmd = [sys.executable, str(HERE / "task_speed.py"), "--worker", "--tasks", task, "--n-steps", str(n_steps)]
+        self.proc = subprocess.Popen(cmd, env=env, cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.package = self._read()["ready"]
+
+    def _read(self) -> dict[str, float | str]:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                return json.loads(line)
+        raise RuntimeError(f"worker exited with {self.proc.wait()}")
+
+    def ask(self, what: str) -> dict:  # type: ignore[type-arg]
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(what + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def _against_baseline(baseline: Path, task: str, rounds: int, n_steps: int) -> tuple[dict[str, float], float]:
+    """Medians per part of (new / baseline) over alternated cycles, and the new update's FLOP/s."""
+    new, base = _Worker(ROOT, task, n_steps), _Worker(baseline, task, n_steps)
+    if new.package == base.package:
+        raise SystemExit(f"--baseline {baseline} imports the same rl_moe as this checkout ({new.package})")
+    samples: dict[str, list[dict[str, float]]] = {"new": [], "base": []}
+    for r in range(rounds):
+        for name in ("new", "base") if r % 2 == 0 else ("base", "new"):
+            samples[name].append((new if name == "new" else base).ask("cycle"))
+    flop = float(new.ask("flop")["flop"])
+    new.close()
+    base.close()
+    med = {k: {part: statistics.median(s[part] for s in v) for part in PARTS} for k, v in samples.items()}
+    for k in med:
+        med[k]["task"] = sum(med[k][p] for p in PARTS)
+    ratios = {part: med["new"][part] / med["base"][part] for part in (*PARTS, "task")}
+    return ratios, flop / med["new"]["update"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--baseline", type=Path, help="a checkout of the commit to compare against (e.g. a git worktree)")
+    p.add_argument("--tasks", nargs="+", default=["hammer-v3", "push-wall-v3"], help="two of the slice's tasks by default")
+    p.add_argument("--rounds", type=int, default=4, help="cycles of each commit per task, alternated a b b a (>= 3)")
+    p.add_argument("--n-steps", type=int, default=256, help="rollout length per env (8 envs; one minibatch per 25.6 env steps as in the paper)")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        _worker(args.tasks[0], args.n_steps)
+        return
+    if args.baseline is None or not (args.baseline / "rl_moe" / "__init__.py").is_file():
+        print(f"--baseline must be a checkout with rl_moe/ (got {args.baseline}); e.g. git worktree add --detach /tmp/rl_moe-base <commit>", file=sys.stderr)
+        raise SystemExit(2)
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    from task_time_split import _matmul_peak
+    from vs_sb3 import measure
+
+    torch.set_num_threads(1)
+    base_commit = subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    new_commit = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
+    print(f"cw10 slice tasks, 1 thread, {args.rounds} alternated cycles of {8 * args.n_steps:,} env steps and one update per variant; "
+          f"this checkout {new_commit} against {base_commit} ({args.baseline})")  # fmt: skip
+    for task in args.tasks:
+        ratios, flops = _against_baseline(args.baseline, task, args.rounds, args.n_steps)
+        peak = _matmul_peak()
+        sb3 = measure(task, args.rounds, args.n_steps)
+        print(f"{task}:")
+        print("  new / baseline, Top-K + SPHERE (goal <= 0.5): " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+        print(f"  the update's matrix products at {flops / 1e9:.1f} GFLOP/s, {flops / peak:.2f} of the 1024² peak ({peak / 1e9:.1f} GFLOP/s) (goal >= 0.70)")
+        print(f"  SB3 MlpPolicy 3 × 256 / ours, Top-K without SPHERE (goal >= 1.0): task {sb3['task'][1] / sb3['task'][0]:.2f}, "
+              + ", ".join(f"{k} {sb3[k][1] / sb3[k][0]:.2f}" for k in PARTS))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
