@@ -93,6 +93,34 @@ def test_parseval_known_answer_and_steps_reduce_it() -> None:
     assert float(_step(reg, algo, torch.randn(16, 5))[1][0].loss.detach()) < 0.9 * before
 
 
+def test_parseval_scale_is_the_activations_gain_squared_unless_given_and_terms_are_named_by_role() -> None:
+    """s = gain² of the network's activation (2 for ReLU, (5/3)² for tanh) or the one given; with
+    both roles, one term per role named by it, each with the configured λ."""
+    x = torch.randn(16, 5)
+
+    def terms(policy, **cfg):  # type: ignore[no-untyped-def]
+        algo = _algo(policy)
+        out = policy.actor_net(x)
+        ctx = loss_context(algo, "ppo", None, {"actor": (out,)}, {"actor": out.out.sum(), "critic": out.out.sum()}, {})
+        return Parseval(**cfg).penalty(ctx)
+
+    def expected(policy, role: str, scale: float) -> float:  # type: ignore[no-untyped-def]
+        with torch.no_grad():
+            return float(sum(parseval_loss(r.rows_out(), scale) for r in role_hidden_weights(policy.roles()[role])))
+
+    relu, tanh = _policy(), _policy(activation="tanh")
+    (term,) = terms(relu, coef=0.25)
+    assert term.name == "parseval" and term.coef == 0.25
+    assert float(term.loss.detach()) == pytest.approx(expected(relu, "actor", 2.0), rel=1e-6)
+    (term,) = terms(tanh)
+    assert float(term.loss.detach()) == pytest.approx(expected(tanh, "actor", (5 / 3) ** 2), rel=1e-6)
+    (term,) = terms(tanh, scale=0.5)
+    assert float(term.loss.detach()) == pytest.approx(expected(tanh, "actor", 0.5), rel=1e-6)
+    both = terms(relu, target="both", coef=0.5)
+    assert [(t.name, t.coef) for t in both] == [("parseval_actor", 0.5), ("parseval_critic", 0.5)]
+    assert float(both[1].loss.detach()) == pytest.approx(expected(relu, "critic", 2.0), rel=1e-6)
+
+
 def _kill_units(policy, expert: int, units: list[int]) -> None:
     with torch.no_grad():
         stack = policy.actor_net.experts
@@ -267,7 +295,9 @@ def test_load_balance_is_one_for_uniform_routing() -> None:
         policy.actor_net.gate.logits.bias.zero_()
     algo = _algo(policy)
     _, (term,) = _step(LoadBalance(), algo, torch.randn(16, 5))
-    assert term.loss.item() == pytest.approx(1.0) and term.coef == 0.01
+    assert term.loss.item() == pytest.approx(1.0) and term.coef == 0.01 and term.name == "load_balance"
+    _, (term,) = _step(LoadBalance(target="both", coef=0.3), algo, torch.randn(16, 5))  # the dense critic adds nothing
+    assert (term.name, term.coef) == ("load_balance_actor", 0.3)
     torch.manual_seed(6)
     skewed = _policy()
     with torch.no_grad():
