@@ -71,6 +71,9 @@ def test_bad_settings_are_one_line_errors(name: str) -> None:
         ("redo", dict(frequency=0), "frequency must be >= 1, got 0"),
         ("sdmoe", dict(svd_every=0), "svd_every must be >= 1, got 0"),
         ("cchain", dict(window=0), "window must be >= 1, got 0"),
+        ("cchain", dict(warmup=-1), "warmup must be >= 0, got -1"),
+        ("cbp", dict(replacement_rate=-0.1), r"replacement_rate must be in \[0, 1\], got -0.1"),
+        ("cbp", dict(decay=0.0), r"decay must be in \(0, 1\), got 0.0"),
         ("sphere", dict(ratio_every=0), "ratio_every must be >= 1, got 0"),
     ],
 )
@@ -81,3 +84,21 @@ def test_range_checks_live_in_the_configs(name: str, kwargs: dict[str, Any], mes
         make_regularizer(name, **kwargs)
     config = REGISTRY[name].config_class()
     assert make_regularizer(name, config=config).config is config
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [
+        ("cbp", dict(replacement_rate=0.0)),
+        ("cbp", dict(replacement_rate=1.0)),
+        ("cbp", dict(decay=0.999)),
+        ("redo", dict(frequency=1)),
+        ("cchain", dict(warmup=0, window=1)),
+        ("sdmoe", dict(svd_every=1)),
+        ("sphere", dict(ratio_every=1)),
+    ],
+)
+def test_range_checks_admit_their_bounds(name: str, kwargs: dict[str, Any]) -> None:
+    """The closed ends of each documented range are valid settings."""
+    config = REGISTRY[name].config_class(**kwargs)
+    assert all(getattr(config, k) == v for k, v in kwargs.items())
