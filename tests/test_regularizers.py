@@ -9,7 +9,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from rl_moe.policies import MoEActorCriticPolicy
+from rl_moe.policies import MoEActorCriticPolicy, Role
 from rl_moe.regularizers import (
     REGISTRY,
     CChain,
@@ -73,8 +73,9 @@ def test_parseval_known_answer_and_steps_reduce_it() -> None:
     assert float(parseval_loss((2**0.5 * q)[None], 2.0)) == pytest.approx(0.0, abs=1e-4)
     for shape in ((1, 4, 7), (2, 7, 4)):  # both Gram sides
         w = torch.randn(*shape)
-        brute = sum((we @ we.t() - 2 * torch.eye(shape[1])).pow(2).sum() for we in w)
-        torch.testing.assert_close(parseval_loss(w, 2.0), brute, rtol=1e-4, atol=1e-4)
+        for s in (2.0, 0.5):  # s = 2 alone cannot tell s² from 2s
+            brute = sum((we @ we.t() - s * torch.eye(shape[1])).pow(2).sum() for we in w)
+            torch.testing.assert_close(parseval_loss(w, s), brute, rtol=1e-4, atol=1e-4)
     policy = _policy()
     with torch.no_grad():  # move away from the orthogonal init, which is already near the optimum
         for w in policy.actor_net.experts.weights:
@@ -116,6 +117,10 @@ def test_parseval_scale_is_the_activations_gain_squared_unless_given_and_terms_a
     assert float(term.loss.detach()) == pytest.approx(expected(tanh, "actor", (5 / 3) ** 2), rel=1e-6)
     (term,) = terms(tanh, scale=0.5)
     assert float(term.loss.detach()) == pytest.approx(expected(tanh, "actor", 0.5), rel=1e-6)
+    from rl_moe.regularizers.parseval import _activation_scale
+
+    plain = Role("actor", (torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2)),), None)
+    assert _activation_scale(plain) == 2.0  # a plain network's s is ReLU's, the paper code's default
     both = terms(relu, target="both", coef=0.5)
     assert [(t.name, t.coef) for t in both] == [("parseval_actor", 0.5), ("parseval_critic", 0.5)]
     assert float(both[1].loss.detach()) == pytest.approx(expected(relu, "critic", 2.0), rel=1e-6)
