@@ -260,6 +260,57 @@ def test_spectral_reg_matches_exact_sigma() -> None:
     assert term.coef == 1e-4
 
 
+def test_specreg_loss_known_answer_power_schedule_and_private_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(σ² − 1)² at σ = 2 is 9 (the orthogonal init's σ = √2 gives 1 for any power); ten power
+    rounds on a weight's first call, one after; the start vector comes from a private generator
+    (the global RNG, which draws the run's actions, is untouched) as unit rows of the weight's dtype."""
+    from rl_moe.regularizers import specreg
+
+    w = torch.diag(torch.tensor([2.0, 1.0], dtype=torch.float64))[None]  # (1, 2, 2), σ_max = 2
+    it = specreg.PowerIteration(w)
+    start = it.state()
+    assert start["u"].dtype == start["v"].dtype == torch.float64 and start["steps"] == 10
+    assert start["u"].shape == (1, 2) and not start["u"].any()
+    assert start["v"].shape == (1, 2) and float(start["v"].norm()) == pytest.approx(1.0)
+    wide = specreg.PowerIteration(torch.randn(3, 4, 6)).state()  # (E, out, in): u (E, out), v (E, in), each row unit
+    assert wide["u"].shape == (3, 4) and wide["v"].shape == (3, 6)
+    torch.testing.assert_close(wide["v"].norm(dim=1), torch.ones(3))
+    assert float(specreg.spectral_loss(w, it)) == pytest.approx(9.0, rel=1e-9)
+    back = specreg.PowerIteration.restore({k: v.float() if torch.is_tensor(v) else v for k, v in it.state().items()}, w)
+    assert back.u.dtype == back.v.dtype == torch.float64 and back.steps == 1
+
+    rounds: list[int] = []
+    real = specreg.power_iteration
+    monkeypatch.setattr(specreg, "power_iteration", lambda w, pair, steps: rounds.append(steps) or real(w, pair, steps))
+    policy = _policy(kind="mlp")
+    algo, reg = _algo(policy), SpectralReg(specreg.SpecRegConfig(coef=0.5))
+    assert reg.config.coef == 0.5  # the config given
+    x = torch.randn(8, 5)
+    rng = torch.get_rng_state()
+    (term,) = _step(reg, algo, x)[1]
+    assert torch.equal(torch.get_rng_state(), rng)
+    layers = len(role_hidden_weights(policy.roles()["actor"]))
+    assert rounds == [10] * layers and (term.name, term.coef) == ("specreg", 0.5)
+    _step(reg, algo, x)
+    assert rounds == [10] * layers + [1] * layers
+
+
+def test_specreg_terms_are_named_by_role_and_load_onto_the_policys_dtype() -> None:
+    policy = _policy(kind="mlp")
+    algo = _algo(policy)
+    out = policy.actor_net(torch.randn(8, 5))
+    ctx = loss_context(algo, "ppo", None, {"actor": (out,)}, {"actor": out.out.sum(), "critic": out.out.sum()}, {})
+    both = SpectralReg(target="both").penalty(ctx)
+    assert [t.name for t in both] == ["specreg_actor", "specreg_critic"]
+    reg = SpectralReg()
+    reg.penalty(ctx)
+    state = reg.state_dict(policy)
+    policy.double()
+    loaded = SpectralReg()
+    loaded.load_state_dict(state, policy)
+    assert loaded._iters and all(it.u.dtype == it.v.dtype == torch.float64 for it in loaded._iters.values())
+
+
 def test_cchain_is_zero_before_first_update_then_tracks_previous_network() -> None:
     policy = _policy()
     algo, reg = _algo(policy), CChain()
