@@ -197,6 +197,56 @@ def test_redo_skips_idle_experts_but_recycles_a_silent_layer() -> None:
     torch.testing.assert_close(dormant_units(stats, 0.025), expected)
 
 
+def test_redo_threshold_is_inclusive_and_one_routed_row_counts() -> None:
+    from rl_moe.maths import dormant_scores
+
+    mean_abs = torch.tensor([[0.25, 1.75, 1.0], [0.25, 1.75, 1.0]])  # scores 0.25, 1.75, 1.0 exactly
+    assert float(dormant_scores(mean_abs)[0, 0]) == 0.25
+    stats = UnitStats(mean_abs, mean_abs, torch.tensor([1.0, 0.0]))  # expert 0 got one row, expert 1 none
+    torch.testing.assert_close(dormant_units(stats, 0.25), torch.tensor([[True, False, False], [False] * 3]))
+
+
+def test_redo_checks_every_frequency_steps_on_that_steps_minibatch_and_counts_every_unit() -> None:
+    """frequency = 3: the check after the third gradient step uses the third minibatch's
+    activations (units killed only before it are reset), the counts add up over experts and over
+    checks, steps count from zero per role, a due step with nothing observed resets nothing, and
+    the reset entries' Adam moments are zeroed."""
+    torch.manual_seed(0)
+    policy = _policy(kind="dense_moe")
+    algo, stack = _algo(policy), policy.actor_net.experts
+    x = torch.randn(40, 5)
+    reg = ReDo(frequency=3, gate=False)
+
+    def step() -> None:
+        out = policy.actor_net(x)
+        reg.observe(_ctx(algo, out, {}))
+        policy.optimizer.zero_grad()
+        out.out.sum().backward()
+        policy.optimizer.step()
+        reg.after_update(algo, "ppo")
+
+    step()
+    step()
+    assert reg.n_reset == 0 and reg.state_dict(policy)["steps"] == {"actor": 2}
+    assert float(policy.optimizer.state[stack.weights[0]]["exp_avg"][1][:, [0, 3]].abs().sum()) > 0
+    _kill_units(policy, 1, [0, 3])
+    _kill_units(policy, 2, [5])
+    step()  # the check: units 0 and 3 of expert 1 and unit 5 of expert 2 are dormant in the first layer
+    first = reg.n_reset
+    assert first >= 3 and reg.state_dict(policy)["steps"] == {"actor": 3}
+    assert float(policy.optimizer.state[stack.weights[0]]["exp_avg"][1][:, [0, 3]].abs().sum()) == 0
+    assert reg.logs() == {"redo_units_reset": float(first)}
+    for _ in range(2):
+        step()
+    _kill_units(policy, 1, [0, 3])
+    _kill_units(policy, 2, [5])
+    step()
+    assert reg.n_reset == 2 * first  # the same units again, added to the first check's
+    idle = ReDo(frequency=1, gate=False)
+    idle.after_update(algo, "ppo")  # due, but no minibatch was observed
+    assert idle.n_reset == 0
+
+
 def _gate_layers(policy):
     gate = policy.actor_net.gate
     return gate.body[0], gate.logits  # gate_hidden=(8,): Linear(5, 8), then the activation
