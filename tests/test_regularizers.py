@@ -279,6 +279,41 @@ def test_redo_resets_dormant_gate_units_and_keeps_the_routing() -> None:
     torch.testing.assert_close(policy.actor_net(x).logits, out.logits)
 
 
+def test_cbp_layer_state_lives_on_the_weights_device_with_its_shapes_and_dtypes() -> None:
+    """Utility, mean and age are (E, H), age counts in integers and the fractional budget (E,)
+    in float64 (rate 1e-4 added each step would round away in float32), all on the weights'
+    device (``meta`` here stands for an accelerator)."""
+    from rl_moe.regularizers.cbp import _LayerState
+
+    for device in ("cpu", "meta"):
+        units = types.SimpleNamespace(shape=(2, 3), out_weights=lambda device=device: torch.empty(2, 3, 4, device=device))
+        st = _LayerState(units)
+        assert [(f, tuple(getattr(st, f).shape), getattr(st, f).dtype, getattr(st, f).device.type) for f in _LayerState.FIELDS] == [
+            ("util", (2, 3), torch.float32, device), ("mean", (2, 3), torch.float32, device),
+            ("age", (2, 3), torch.long, device), ("budget", (2,), torch.float64, device),
+        ]  # fmt: skip
+
+
+def test_cbp_running_averages_update_only_experts_with_rows() -> None:
+    """One step from zero: util = (1 − η) · mean|h| · mean_k |w_out| and mean = (1 − η) · mean h for
+    an expert with one routed row; an expert with none keeps its averages; every unit ages; an
+    update with nothing observed replaces nothing; the log names the count."""
+    from rl_moe.regularizers.cbp import _LayerState
+
+    w_out = torch.tensor([[[1.0, -3.0], [2.0, 2.0]], [[4.0, 0.0], [0.0, 0.0]]])  # (E=2, H=2, out=2)
+    units = types.SimpleNamespace(shape=(2, 2), out_weights=lambda: w_out)
+    reg = ContinualBackprop(decay=0.9)
+    st = _LayerState(units)
+    st.util[1], st.mean[1] = 5.0, -1.0
+    mean_abs = torch.tensor([[2.0, 1.0], [3.0, 3.0]])
+    reg.update_utility(st, mean_abs, -mean_abs, torch.tensor([1.0, 0.0]))
+    torch.testing.assert_close(st.util, torch.tensor([[0.1 * 2.0 * 2.0, 0.1 * 1.0 * 2.0], [5.0, 5.0]]))
+    torch.testing.assert_close(st.mean, torch.tensor([[-0.2, -0.1], [-1.0, -1.0]]))
+    assert st.age.tolist() == [[1, 1], [1, 1]]
+    reg.after_update(_algo(_policy()), "ppo")  # nothing observed this step
+    assert reg.n_replaced == 0 and reg.logs() == {"cbp_units_replaced": 0.0}
+
+
 def test_cbp_replaces_gate_units_and_folds_their_mean_into_the_logit_bias() -> None:
     policy = _policy()
     body, logits = _gate_layers(policy)
