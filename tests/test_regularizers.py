@@ -396,6 +396,45 @@ def test_specreg_terms_are_named_by_role_and_load_onto_the_policys_dtype() -> No
     assert loaded._iters and all(it.u.dtype == it.v.dtype == torch.float64 for it in loaded._iters.values())
 
 
+def test_cchain_coefficient_warmup_and_ratio() -> None:
+    """c = initial_coef until ``warmup`` updates are recorded (or while the churn term has been 0),
+    then target_ratio · mean |L_pg| / mean L_reg over the window."""
+    reg = CChain(warmup=3, window=10, target_ratio=0.5, initial_coef=7.0)
+    for pg, churn in ((-2.0, 0.125), (4.0, 0.375)):
+        reg._pg["actor"].append(pg)
+        reg._reg["actor"].append(churn)
+    assert reg.coefficient("actor") == 7.0  # 2 of 3 warm-up updates
+    reg._pg["actor"].append(0.0)
+    reg._reg["actor"].append(0.25)
+    assert reg.coefficient("actor") == pytest.approx(0.5 * 2.0 / 0.25)  # mean |pg| 2, mean churn 0.25 (sum 0.75 <= 1)
+    idle = CChain(warmup=1)
+    idle._pg["actor"].append(1.0)
+    idle._reg["actor"].append(0.0)
+    assert idle.coefficient("actor") == idle.config.initial_coef  # no churn yet: no division by zero
+    idle.after_update(_algo(_policy()), "ppo")  # nothing held: nothing to commit
+
+
+def test_cchain_reads_the_policy_loss_for_ppos_actor_and_the_reference_for_the_critic() -> None:
+    policy = _policy()
+    algo, reg = _algo(policy), CChain(target="both")
+    reg.on_training_start(algo)
+    x = torch.randn(8, 5)
+
+    def penalty():  # type: ignore[no-untyped-def]
+        outs = {"actor": (policy.actor_net(x),), "critic": (policy.critic_net(x),)}
+        return reg.penalty(loss_context(algo, "ppo", None, outs, {"actor": torch.tensor(5.0), "critic": torch.tensor(7.0)}, {"policy": torch.tensor(3.0)}))
+
+    assert [t.name for t in penalty()] == ["cchain_actor", "cchain_critic"]
+    reg.after_update(algo, "ppo")  # the snapshots are the networks as they are now
+    penalty()
+    assert (reg._pg["actor"][-1], reg._pg["critic"][-1]) == (3.0, 7.0)
+    assert not any(p.requires_grad for snap in reg._snaps.values() for p in snap.copy.parameters())
+    only_critic = CChain(target="both")
+    outs = {"critic": (policy.critic_net(x),)}  # the actor returned nothing this minibatch
+    (term,) = only_critic.penalty(loss_context(algo, "ppo", None, outs, {"actor": torch.tensor(5.0), "critic": torch.tensor(7.0)}, {"policy": torch.tensor(3.0)}))
+    assert term.name == "cchain_critic"
+
+
 def test_cchain_is_zero_before_first_update_then_tracks_previous_network() -> None:
     policy = _policy()
     algo, reg = _algo(policy), CChain()
@@ -465,3 +504,26 @@ def test_orthogonality_known_answers() -> None:
     _, (term,) = _step(Orthogonality(), _algo(policy), torch.randn(4, 5))
     torch.testing.assert_close(term.loss, orthogonality_loss(policy.actor_net.experts.weights[0]))
     assert _step(Orthogonality(), _algo(_policy(kind="mlp")), torch.randn(4, 5))[1] == []
+
+
+def test_orthogonality_is_scale_free_counts_two_experts_and_reaches_a_moe_critic() -> None:
+    r = torch.randn(4, 6)
+    assert float(orthogonality_loss(1e-3 * r)) == pytest.approx(float(orthogonality_loss(r)), rel=1e-5)  # small norms too
+    two = _policy(n_experts=2)
+    _, (term,) = _step(Orthogonality(coef=0.2), _algo(two), torch.randn(4, 5))
+    assert term.coef == 0.2 and float(term.loss.detach()) == pytest.approx(float(orthogonality_loss(two.actor_net.experts.weights[0].detach())))
+    obs, act = spaces.Box(-1, 1, (5,), np.float32), spaces.Box(-1, 1, (2,), np.float32)
+    critic_moe = MoEActorCriticPolicy(obs, act, lambda _: 1e-2, moe="topk", actor_moe=False, critic_moe=True, n_experts=3, top_k=2, hidden=(8, 8), gate_hidden=(8,))
+    algo = _algo(critic_moe)
+    x = torch.randn(4, 5)
+    ctx = loss_context(algo, "ppo", None, {"actor": (critic_moe.actor_net(x),), "critic": (critic_moe.critic_net(x),)}, {"actor": x.sum(), "critic": x.sum()}, {})
+    (term,) = Orthogonality(target="both").penalty(ctx)  # the dense actor has nothing to orthogonalize; the critic does
+    assert term.name == "ortho_critic"
+
+
+def test_term_names_carry_the_role_only_when_a_method_acts_on_both() -> None:
+    from rl_moe.regularizers.targets import term_name
+
+    assert term_name("parseval", ("actor",), "actor") == "parseval"
+    assert term_name("parseval", ("critic",), "critic") == "parseval"
+    assert term_name("dsc_z", ("actor", "critic"), "critic") == "dsc_z_critic"

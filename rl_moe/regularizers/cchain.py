@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from rl_moe.regularizers.hooks import LossContext, Penalty
 from rl_moe.policies import policy_roles
-from rl_moe.regularizers.targets import Targeted, active_roles, check_target, module_names
+from rl_moe.regularizers.targets import Targeted, active_roles, check_target, module_names, term_name
 
 
 class _Snapshot:
@@ -140,7 +140,7 @@ class CChain(Targeted):
             for snap in snaps:
                 snap.hold_current()
             self._held[role] = snaps
-            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{role}", loss, coef))
+            terms.append(Penalty(term_name(self.name, self.roles, role), loss, coef))
         return terms
 
     def after_update(self, algo: Any, phase: str) -> None:

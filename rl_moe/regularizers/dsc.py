@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from rl_moe.regularizers.hooks import LossContext, Penalty
-from rl_moe.regularizers.targets import Targeted, check_target
+from rl_moe.regularizers.targets import Targeted, check_target, term_name
 
 #: Term name -> aux key of the network output (the budget is computed here from ``dsc_signal``).
 TERMS: tuple[str, ...] = ("balance", "budget", "frame", "z")
@@ -80,6 +80,5 @@ class DSCAux(Targeted):
                 "frame": sum(o.frame for o in outs),
                 "z": sum(o.z for o in outs),
             }
-            suffix = "" if len(self.roles) == 1 else f"_{step.role.name}"
-            terms += [Penalty(f"dsc_{t}{suffix}", losses[t], self.coefs[t]) for t in TERMS]
+            terms += [Penalty(term_name(f"dsc_{t}", self.roles, step.role.name), losses[t], self.coefs[t]) for t in TERMS]
         return terms

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from rl_moe.regularizers.hooks import LossContext, Penalty
 from rl_moe.policies import policy_roles
-from rl_moe.regularizers.targets import Targeted, check_target, parameter_names
+from rl_moe.regularizers.targets import Targeted, check_target, parameter_names, term_name
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class L2Init(Targeted):
         terms = []
         for step in ctx.active(self.roles):
             loss = sum(((p - self._init[id(p)]) ** 2).sum() for p in step.role.parameters)
-            name = self.name if len(self.roles) == 1 else f"{self.name}_{step.role.name}"
+            name = term_name(self.name, self.roles, step.role.name)
             terms.append(Penalty(name, torch.as_tensor(loss), self.config.coef))
         return terms
 

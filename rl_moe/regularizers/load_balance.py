@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rl_moe.regularizers.hooks import LossContext, Penalty
-from rl_moe.regularizers.targets import Targeted, check_target
+from rl_moe.regularizers.targets import Targeted, check_target, term_name
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,6 @@ class LoadBalance(Targeted):
         for step in ctx.active(self.roles):
             losses = [out.aux.load_balance for _, out in step.pairs() if out.aux.load_balance is not None]
             if losses:
-                name = self.name if len(self.roles) == 1 else f"{self.name}_{step.role.name}"
+                name = term_name(self.name, self.roles, step.role.name)
                 terms.append(Penalty(name, sum(losses), self.config.coef))
         return terms

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from rl_moe.regularizers.hooks import LossContext, Penalty
-from rl_moe.regularizers.targets import Targeted, check_target, expert_stacks
+from rl_moe.regularizers.targets import Targeted, check_target, expert_stacks, term_name
 
 
 def orthogonality_loss(w: Tensor) -> Tensor:
@@ -52,5 +52,5 @@ class Orthogonality(Targeted):
             if not stacks:
                 continue
             loss = sum(orthogonality_loss(s.weights[0]) for s in stacks)
-            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{step.role.name}", loss, self.config.coef))
+            terms.append(Penalty(term_name(self.name, self.roles, step.role.name), loss, self.config.coef))
         return terms

@@ -19,7 +19,7 @@ from rl_moe.regularizers.hooks import LossContext, Penalty
 from rl_moe.nn.experts import ACTIVATION_GAINS
 from rl_moe.nn.parts import MoENetwork
 from rl_moe.policies import Role
-from rl_moe.regularizers.targets import Targeted, WeightRef, check_target, role_hidden_weights
+from rl_moe.regularizers.targets import Targeted, WeightRef, check_target, role_hidden_weights, term_name
 
 
 def parseval_loss(w: Tensor, scale: float) -> Tensor:
@@ -66,5 +66,5 @@ class Parseval(Targeted):
             refs: list[WeightRef] = role_hidden_weights(step.role)
             scale = self.config.scale if self.config.scale is not None else _activation_scale(step.role)
             loss = sum(parseval_loss(r.rows_out(), scale) for r in refs)
-            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{step.role.name}", loss, self.config.coef))
+            terms.append(Penalty(term_name(self.name, self.roles, step.role.name), loss, self.config.coef))
         return terms

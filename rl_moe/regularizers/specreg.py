@@ -18,7 +18,7 @@ from torch import Tensor
 
 from rl_moe.regularizers.hooks import LossContext, Penalty
 from rl_moe.maths import SingularPair, power_iteration, top_singular_value
-from rl_moe.regularizers.targets import Targeted, check_target, parameter_names, role_hidden_weights
+from rl_moe.regularizers.targets import Targeted, check_target, parameter_names, role_hidden_weights, term_name
 
 
 class PowerIteration:
@@ -90,7 +90,7 @@ class SpectralReg(Targeted):
                 w = ref.rows_out()  # (E, out, in)
                 it = self._iters.setdefault(id(ref.tensor), PowerIteration(w))
                 loss = loss + spectral_loss(w, it)
-            terms.append(Penalty(self.name if len(self.roles) == 1 else f"{self.name}_{step.role.name}", loss, self.config.coef))
+            terms.append(Penalty(term_name(self.name, self.roles, step.role.name), loss, self.config.coef))
         return terms
 
     def state_dict(self, policy: Any) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from rl_moe.maths import effective_rank
 from rl_moe.nn import MoEOutput
 from rl_moe.regularizers.gram import FeatureBlock, GramStats, gram_stats, per_expert_stats
 from rl_moe.regularizers.options import build_config, check_choice
-from rl_moe.regularizers.targets import TARGETS, check_target
+from rl_moe.regularizers.targets import TARGETS, check_target, term_name
 
 COEF_MODES: tuple[str, ...] = ("adaptive", "fixed", "loss_ratio")
 LAYERS: tuple[str, ...] = ("last", "all", "joint")
@@ -245,9 +245,6 @@ class Sphere(Regularizer):
         cfg = self.config
         return (cfg.ratio_every == 1 or cfg.coef_mode != "adaptive") and not (cfg.per_expert and cfg.alpha is not None)
 
-    def _term_name(self, role: str) -> str:
-        return self.name if len(self.roles) == 1 else f"{self.name}_{role}"
-
     def penalty(self, ctx: LossContext) -> list[Penalty]:
         cfg = self.config
         self._sync_free = ctx.sync_free
@@ -266,10 +263,10 @@ class Sphere(Regularizer):
                     cfg.rho, ref, self._theta(ctx, step), cfg.eps, on_resolve=partial(self._store_ratio, role),
                     ceiling=cfg.max_coef, pcgrad=cfg.pcgrad, norm_eps=cfg.norm_eps,
                 )  # fmt: skip
-                terms.append(Penalty(self._term_name(role), loss, 0.0, scale))
+                terms.append(Penalty(term_name(self.name, self.roles, role), loss, 0.0, scale))
                 continue
             coef = 0.0 if cfg.rho == 0 else self._coefficient(role, ref, loss)
-            terms.append(Penalty(self._term_name(role), loss, coef))
+            terms.append(Penalty(term_name(self.name, self.roles, role), loss, coef))
         if cfg.gating_ratio > 0:
             terms.extend(self._gate_terms(ctx))
         self._calls += 1
@@ -285,7 +282,7 @@ class Sphere(Regularizer):
                 continue
             ref = step.reference
             loss = sum((gate_loss(out.probs) for _, out in pairs), start=ref.new_zeros(()))
-            name = f"{self._term_name(step.role.name)}_gate"
+            name = f"{term_name(self.name, self.roles, step.role.name)}_gate"
             if cfg.coef_mode == "adaptive":
                 terms.append(Penalty(name, loss, 0.0, GradScale(cfg.gating_ratio, ref, self._theta(ctx, step), cfg.eps, norm_eps=cfg.norm_eps)))
             else:

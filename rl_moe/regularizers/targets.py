@@ -10,6 +10,7 @@ outputs, reference loss, parameters); lifecycle hooks get the policy's roles fro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from torch import nn
@@ -52,6 +53,12 @@ def module_names(policy: nn.Module) -> dict[int, str]:
 def parameter_names(policy: nn.Module) -> dict[int, str]:
     """id(parameter) -> its qualified name in ``policy``."""
     return {id(p): n for n, p in policy.named_parameters()}
+
+
+def term_name(base: str, roles: Sequence[str], role: str) -> str:
+    """A penalty term's logged name: ``base`` when the method acts on one role, ``base_<role>``
+    when it acts on both, so that the actor's and the critic's terms stay apart in the logger."""
+    return base if len(roles) == 1 else f"{base}_{role}"
 
 
 class Targeted(Regularizer):
