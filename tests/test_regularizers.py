@@ -521,6 +521,61 @@ def test_orthogonality_is_scale_free_counts_two_experts_and_reaches_a_moe_critic
     assert term.name == "ortho_critic"
 
 
+def test_dsc_aux_names_weights_and_sums_the_networks_four_losses() -> None:
+    """Eq. 13's four terms, each with its own λ from the config, the budget from the branch
+    signals and μ; a network without DSC outputs adds nothing."""
+    from rl_moe.regularizers import DSCAux
+    from rl_moe.regularizers.dsc import DSCConfig, budget_loss
+
+    policy = _policy(kind="dsc")
+    out = policy.actor_net(torch.randn(16, 5))
+    cfg = DSCConfig(balance=0.1, budget=0.2, mu=5.0, frame=0.3, z=0.4)
+    reg = DSCAux(cfg)
+    assert reg.config == cfg
+    terms = reg.penalty(_ctx(_algo(policy), out, {}))
+    aux = out.aux.dsc
+    expected = {"dsc_balance": (aux.balance, 0.1), "dsc_budget": (budget_loss(aux.signal, 5.0), 0.2), "dsc_frame": (aux.frame, 0.3), "dsc_z": (aux.z, 0.4)}
+    assert [t.name for t in terms] == list(expected)
+    for t in terms:
+        loss, coef = expected[t.name]
+        assert t.coef == coef
+        torch.testing.assert_close(t.loss, loss)
+    assert float(budget_loss(aux.signal, 5.0).detach()) > 0  # μ = 5 lies above the signal (about 3.5), so the budget term is live
+    plain = _policy()
+    assert DSCAux().penalty(_ctx(_algo(plain), plain.actor_net(torch.randn(4, 5)), {})) == []
+
+
+def test_sdmoe_refreshes_every_svd_every_steps_per_phase_and_keeps_its_counts() -> None:
+    from rl_moe.nn.sdmoe import SpectralExperts
+    from rl_moe.regularizers import SDRefresh
+
+    policy = _policy(kind="sdmoe")
+    algo = _algo(policy)
+    stack = policy.actor_net.experts
+    assert isinstance(stack, SpectralExperts)
+    calls: list[int] = []
+    real = stack.refresh_bases
+    stack.refresh_bases = lambda: calls.append(1) or real()  # type: ignore[method-assign]
+    from rl_moe.regularizers.sdmoe import SDMoEConfig
+
+    reg = SDRefresh(SDMoEConfig(svd_every=3))  # the config given
+    for _ in range(2):
+        reg.after_update(algo, "ppo")
+    assert calls == [] and reg.refreshes == 0
+    reg.after_update(algo, "ppo")
+    assert len(calls) == 1 and reg.refreshes == 1  # one SD-MoE stack (the critic is dense)
+    for _ in range(3):
+        reg.after_update(algo, "ppo")
+    assert reg.refreshes == 2 and reg.logs() == {"sdmoe_refreshes": 2.0}
+    state = reg.state_dict(policy)
+    assert state == {"steps": {"ppo": 6}, "refreshes": 2}
+    back = SDRefresh(svd_every=3)
+    back.load_state_dict(state, policy)
+    assert (back.steps, back.refreshes) == ({"ppo": 6}, 2)
+    back.load_state_dict({}, policy)  # a state saved before these counts existed
+    assert (back.steps, back.refreshes) == ({}, 0)
+
+
 def test_term_names_carry_the_role_only_when_a_method_acts_on_both() -> None:
     from rl_moe.regularizers.targets import term_name
 
