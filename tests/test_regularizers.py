@@ -247,6 +247,73 @@ def test_redo_checks_every_frequency_steps_on_that_steps_minibatch_and_counts_ev
     assert idle.n_reset == 0
 
 
+def test_unit_statistics_per_expert_and_of_the_gate_against_brute_force() -> None:
+    """layer_stats: per expert, mean |h| and mean h over its routed rows (one row: that row's
+    values), rows in the features' dtype, 0 for an idle expert; gate_stats: one group over all
+    N states, (1, G) means and rows = [N]."""
+    from rl_moe.regularizers.units import gate_stats, layer_stats
+
+    torch.manual_seed(3)
+    policy = _policy()
+    for n in (1, 16):  # top-2 of 3 experts: one state gives two experts a single row each
+        out = policy.actor_net(torch.randn(n, 5))
+        group = out.groups[0]
+        idx = group.dispatch.expert_idx
+        for layer in range(2):
+            stats = layer_stats(group.dispatch, group.expert, layer)
+            h = group.expert.hidden[layer].detach()
+            assert stats.rows.dtype == h.dtype and stats.rows.tolist() == [float(c) for c in group.dispatch.counts]
+            for e in range(3):
+                rows = h[idx == e]
+                want_abs = rows.abs().mean(0) if len(rows) else torch.zeros(h.shape[1])
+                want = rows.mean(0) if len(rows) else torch.zeros(h.shape[1])
+                torch.testing.assert_close(stats.mean_abs[e], want_abs)
+                torch.testing.assert_close(stats.mean[e], want)
+    emb = torch.tensor([[1.0, -2.0, 0.0], [3.0, 2.0, 0.0], [-1.0, 0.0, 0.0], [1.0, 4.0, 0.0], [1.0, 1.0, 0.0]], dtype=torch.float64)
+    g = gate_stats(emb)
+    assert g.rows.tolist() == [5.0] and g.rows.dtype == torch.float64
+    assert g.mean_abs.shape == g.mean.shape == (1, 3)
+    torch.testing.assert_close(g.mean_abs, torch.tensor([[1.4, 1.8, 0.0]], dtype=torch.float64))
+    torch.testing.assert_close(g.mean, torch.tensor([[1.0, 1.0, 0.0]], dtype=torch.float64))
+
+
+def test_unit_resets_draw_like_the_init_and_reach_every_optimizer_and_the_gates_layernorm() -> None:
+    from rl_moe.regularizers.units import ExpertUnits, GateUnits, fresh_input_weights, reset_moments, unit_layers
+
+    policy = _policy()
+    stack = policy.actor_net.experts
+    fresh = fresh_input_weights(stack, 1)  # an 8 -> 8 layer: orthogonal times ReLU's gain
+    torch.testing.assert_close(torch.linalg.svdvals(fresh), torch.full((8,), 2**0.5))
+    tanh = _policy(activation="tanh").actor_net.experts
+    torch.testing.assert_close(torch.linalg.svdvals(fresh_input_weights(tanh, 1)), torch.full((8,), 5 / 3))
+    with torch.no_grad():
+        stack.weights[1].data = stack.weights[1].data.double()
+    assert fresh_input_weights(stack, 1).dtype == torch.float64
+
+    p = torch.nn.Parameter(torch.ones(4))
+    idle, used = torch.optim.Adam([p]), torch.optim.Adam([p])
+    p.grad = torch.ones(4)
+    used.step()
+    reset_moments([idle, used], p, (slice(1, 3),))  # an optimizer without state for p comes first
+    assert used.state[p]["exp_avg"].tolist()[1:3] == [0.0, 0.0] and used.state[p]["exp_avg"][0] != 0
+
+    ln = _policy(layer_norm=True)
+    body = ln.actor_net.gate.body
+    units = GateUnits(ln.actor_net.gate)
+    linear, norm, activation = units._layers()
+    assert linear is body[0] and norm is body[1] and activation == body[-1].name
+    with torch.no_grad():
+        norm.weight.fill_(3.0)
+        norm.bias.fill_(2.0)
+    units.reinit(0, torch.tensor([2]), [])
+    assert (norm.weight.detach()[[2, 1]].tolist(), float(norm.bias.detach()[2])) == ([1.0, 3.0], 0.0)
+
+    linear_gate = _policy(gate_hidden=())
+    out = linear_gate.actor_net(torch.randn(4, 5))
+    layers = unit_layers(linear_gate.actor_net, out, gate=True)  # a gate without hidden layers has no units to reset
+    assert layers and all(isinstance(u, ExpertUnits) for u, _ in layers)
+
+
 def _gate_layers(policy):
     gate = policy.actor_net.gate
     return gate.body[0], gate.logits  # gate_hidden=(8,): Linear(5, 8), then the activation
