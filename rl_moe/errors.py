@@ -20,10 +20,11 @@ class DivergedError(RuntimeError):
     step and the task; the run folder keeps the last finished task and can be resumed."""
 
 
-def check_choice(value: str, valid: tuple[str, ...], what: str) -> str:
-    """``value`` if it is one of ``valid``, else a :class:`UsageError` naming the choices."""
+def check_choice(value: Any, valid: tuple[Any, ...] | dict[Any, Any], what: str) -> Any:
+    """``value`` if it is one of ``valid`` (a dict: its keys), else a :class:`UsageError` naming
+    the choices."""
     if value not in valid:
-        raise UsageError(f"unknown {what} {value!r}; valid choices: {', '.join(valid)}")
+        raise UsageError(f"unknown {what} {value!r}; valid choices: {', '.join(map(str, valid))}")
     return value
 
 

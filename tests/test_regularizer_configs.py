@@ -102,3 +102,35 @@ def test_range_checks_admit_their_bounds(name: str, kwargs: dict[str, Any]) -> N
     """The closed ends of each documented range are valid settings."""
     config = REGISTRY[name].config_class(**kwargs)
     assert all(getattr(config, k) == v for k, v in kwargs.items())
+
+
+def test_settings_of_the_wrong_json_type_are_refused_naming_the_type() -> None:
+    """A suite file's or ``--set``'s value must fit the field: floats take ints, ints refuse
+    bools, an optional field also takes null, a str field refuses numbers; the message names the
+    regularizer, the field, the type wanted and the value."""
+    from rl_moe.errors import check_choice
+    from rl_moe.regularizers.options import build_config
+    from rl_moe.regularizers.sphere import SphereConfig
+
+    assert build_config(SphereConfig, None, {"rho": 1}, "sphere").rho == 1  # an int is a float
+    assert build_config(SphereConfig, None, {"alpha": None}, "sphere").alpha is None
+    assert build_config(SphereConfig, None, {"alpha": 0.5, "per_expert": True}, "sphere").per_expert is True
+    for overrides, message in (
+        ({"rho": "abc"}, "sphere option 'rho' must be float, got 'abc'"),
+        ({"rho": True}, "sphere option 'rho' must be float, got True"),
+        ({"rank_every": True}, "sphere option 'rank_every' must be int, got True"),
+        ({"rank_every": 2.5}, "sphere option 'rank_every' must be int, got 2.5"),
+        ({"alpha": "x"}, "sphere option 'alpha' must be float or null, got 'x'"),
+        ({"per_expert": 1}, "sphere option 'per_expert' must be bool, got 1"),
+        ({"coef_mode": 3}, "sphere option 'coef_mode' must be str, got 3"),
+    ):
+        with pytest.raises(ValueError) as err:
+            build_config(SphereConfig, None, overrides, "sphere")
+        assert str(err.value) == message
+    base = SphereConfig(rho=0.3)
+    assert build_config(SphereConfig, base, {}, "sphere") is base
+    with pytest.raises(ValueError) as err:
+        check_choice("gate", ("actor", "critic", "both"), "placement")
+    assert str(err.value) == "unknown placement 'gate'; valid choices: actor, critic, both"
+    with pytest.raises(ValueError, match="valid choices: 1, 2$"):
+        check_choice(3, (1, 2), "level")

@@ -10,11 +10,6 @@ from typing import Any, TypeVar
 C = TypeVar("C")
 
 
-def check_choice(value: Any, choices: tuple[Any, ...] | dict[Any, Any], what: str) -> None:
-    if value not in choices:
-        raise ValueError(f"unknown {what} {value!r}; valid choices: {', '.join(map(str, choices))}")
-
-
 def build_config(config_class: type[C], config: C | None, overrides: dict[str, Any], what: str) -> C:
     """``config`` (None: ``config_class``'s defaults) with ``overrides`` replacing fields; the
     config's own checks run on the result.

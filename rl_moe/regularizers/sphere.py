@@ -32,7 +32,8 @@ from rl_moe.regularizers.hooks import GradScale, LossContext, Penalty, Regulariz
 from rl_moe.maths import effective_rank
 from rl_moe.nn import MoEOutput
 from rl_moe.regularizers.gram import FeatureBlock, GramStats, gram_stats, per_expert_stats
-from rl_moe.regularizers.options import build_config, check_choice
+from rl_moe.errors import check_choice
+from rl_moe.regularizers.options import build_config
 from rl_moe.regularizers.targets import TARGETS, check_target, term_name
 
 COEF_MODES: tuple[str, ...] = ("adaptive", "fixed", "loss_ratio")
