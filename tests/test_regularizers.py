@@ -361,6 +361,19 @@ def test_cbp_layer_state_lives_on_the_weights_device_with_its_shapes_and_dtypes(
         ]  # fmt: skip
 
 
+def test_cbp_loads_its_state_onto_the_policys_device() -> None:
+    """A checkpoint's running averages follow the policy (``meta`` standing for an accelerator)."""
+    policy = _policy()
+    out = policy.actor_net(torch.randn(8, 5))
+    reg = ContinualBackprop()
+    reg.observe(_ctx(_algo(policy), out, {}))
+    state = reg.state_dict(policy)
+    policy.to("meta")
+    moved = ContinualBackprop()
+    moved.load_state_dict(state, policy)
+    assert moved._states and all(getattr(st, f).device.type == "meta" for st in moved._states.values() for f in st.FIELDS)
+
+
 def test_cbp_running_averages_update_only_experts_with_rows() -> None:
     """One step from zero: util = (1 − η) · mean|h| · mean_k |w_out| and mean = (1 − η) · mean h for
     an expert with one routed row; an expert with none keeps its averages; every unit ages; an
