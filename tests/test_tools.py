@@ -141,3 +141,16 @@ def test_slice_decision_cli_on_the_committed_slice(tmp_path: Path, capsys: pytes
     with pytest.raises(SystemExit) as exc:
         slice_decision.main([str(RESULTS / "slice-authors"), "--method", "nosuch"])
     assert exc.value.code == 2 and "valid choices" in capsys.readouterr().err
+
+
+def test_mutation_table_in_the_docs_is_the_committed_scores() -> None:
+    """docs/contributing.md's mutation scores are rows of results/mutation/*.json, and a changed
+    score would be caught."""
+    from tools import mutation_table
+
+    doc = mutation_table.DOC.read_text()
+    assert mutation_table.replaced(doc) == doc
+    assert len(mutation_table.rows()) == len(list((mutation_table.ROOT / "results" / "mutation").glob("*.json"))) > 0
+    first = mutation_table.rows()[0]
+    stale = doc.replace(first, first[: first.rindex("|", 0, -1)] + "| 999 |")  # one survived count edited
+    assert mutation_table.replaced(stale) != stale

@@ -1,0 +1,65 @@
+"""The mutation-score table of docs/contributing.md, from ``results/mutation/*.json``.
+
+    python -m tools.mutation_table          # rewrite the table in docs/contributing.md
+    python -m tools.mutation_table --check  # exit 1 if the docs' table differs from the data
+
+Each row is one module's last ``python -m tools.mutation ... --json`` summary: its tests (and
+``-k``), mutants, killed and survived (mutants no selected test reaches count as survived).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "contributing.md"
+HEADER = "| module | command's tests | mutants | killed | survived |\n|---|---|---:|---:|---:|\n"
+#: Modules shown with what of them the score covers.
+LABELS = {"rl_moe/regularizers/hooks.py": "`rl_moe/regularizers/hooks.py` (SPHERE's λ: `adaptive_coef`, `clamp_coef`; the loss context)"}
+
+
+def rows(folder: Path = ROOT / "results" / "mutation") -> list[str]:
+    """One table row per summary, the learners' modules first, then by path."""
+    out = []
+    for path in folder.glob("*.json"):
+        d = json.loads(path.read_text())
+        counts = d["counts"]
+        tests = " ".join(d["tests"]) + (f" -k {d['keyword']}" if d.get("keyword") else "")
+        survived = counts.get("survived", 0) + counts.get("no tests", 0)
+        label = LABELS.get(d["module"], f"`{d['module']}`")
+        key = (not d["module"].startswith("rl_moe/algos/"), d["module"])
+        out.append((key, f"| {label} | `{tests}` | {d['mutants']} | {counts.get('killed', 0)} | {survived} |"))
+    return [row for _, row in sorted(out)]
+
+
+def table() -> str:
+    return HEADER + "\n".join(rows())
+
+
+def replaced(doc: str) -> str:
+    """``doc`` with its mutation table (from the header to the next blank line) replaced."""
+    start = doc.index(HEADER)
+    end = doc.index("\n\n", start)
+    return doc[:start] + table() + doc[end:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true", help="only compare; exit 1 where the docs differ from the data")
+    opts = p.parse_args(argv)
+    doc = DOC.read_text()
+    new = replaced(doc)
+    if opts.check:
+        if new != doc:
+            print("docs/contributing.md's mutation table differs from results/mutation; run python -m tools.mutation_table", file=sys.stderr)
+            return 1
+        return 0
+    DOC.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
