@@ -625,6 +625,22 @@ def test_dsc_aux_names_weights_and_sums_the_networks_four_losses() -> None:
     assert DSCAux().penalty(_ctx(_algo(plain), plain.actor_net(torch.randn(4, 5)), {})) == []
 
 
+def test_dsc_aux_reaches_a_dsc_critic_behind_a_plain_actor() -> None:
+    from rl_moe.regularizers import DSCAux
+
+    obs, act = spaces.Box(-1, 1, (5,), np.float32), spaces.Box(-1, 1, (2,), np.float32)
+    policy = MoEActorCriticPolicy(obs, act, lambda _: 1e-2, moe="dsc", actor_moe=False, critic_moe=True, hidden=(8, 8))
+    x = torch.randn(6, 5)
+    outs = {"actor": (policy.actor_net(x),), "critic": (policy.critic_net(x),)}
+    ctx = loss_context(_algo(policy), "ppo", None, outs, {"actor": x.sum(), "critic": x.sum()}, {})
+    terms = DSCAux(target="both").penalty(ctx)
+    assert [t.name for t in terms] == ["dsc_balance_critic", "dsc_budget_critic", "dsc_frame_critic", "dsc_z_critic"]
+    both = MoEActorCriticPolicy(obs, act, lambda _: 1e-2, moe="dsc", actor_moe=True, critic_moe=True, hidden=(8, 8))
+    outs = {"actor": (both.actor_net(x),), "critic": (both.critic_net(x),)}
+    ctx = loss_context(_algo(both), "ppo", None, outs, {"actor": x.sum(), "critic": x.sum()}, {})
+    assert len(DSCAux(target="both").penalty(ctx)) == 8  # four terms per role, the actor's kept
+
+
 def test_sdmoe_refreshes_every_svd_every_steps_per_phase_and_keeps_its_counts() -> None:
     from rl_moe.nn.sdmoe import SpectralExperts
     from rl_moe.regularizers import SDRefresh
@@ -654,6 +670,32 @@ def test_sdmoe_refreshes_every_svd_every_steps_per_phase_and_keeps_its_counts() 
     assert (back.steps, back.refreshes) == ({"ppo": 6}, 2)
     back.load_state_dict({}, policy)  # a state saved before these counts existed
     assert (back.steps, back.refreshes) == ({}, 0)
+
+
+def test_hidden_weights_of_a_plain_sb3_policy_and_of_td3_targets() -> None:
+    """A plain SB3 side is (its mlp_extractor branch, its output Linear): every Linear of the
+    branch is hidden and the output layer is not; ``targets=True`` reads TD3's target copies."""
+    from stable_baselines3 import TD3
+    from stable_baselines3.common.policies import ActorCriticPolicy
+
+    from rl_moe.policies import policy_roles
+    from rl_moe.regularizers.targets import active_roles
+
+    obs, act = spaces.Box(-1, 1, (5,), np.float32), spaces.Box(-1, 1, (2,), np.float32)
+    plain = ActorCriticPolicy(obs, act, lambda _: 1e-3, net_arch=dict(pi=[16, 12], vf=[8]))
+    refs = role_hidden_weights(policy_roles(plain)["actor"])
+    branch = [m for m in plain.mlp_extractor.policy_net.modules() if isinstance(m, torch.nn.Linear)]
+    assert [(r.module, r.name, r.stacked) for r in refs] == [(m, "weight", False) for m in branch]
+    assert [tuple(r.tensor.shape) for r in refs] == [(16, 5), (12, 16)]
+    td3 = TD3("MlpPolicy", "Pendulum-v1", policy_kwargs={"net_arch": [8, 8]}, device="cpu").policy
+    actor = policy_roles(td3)["actor"]
+    online, target = role_hidden_weights(actor), role_hidden_weights(actor, targets=True)
+    assert len(online) == len(target) == 2
+    assert all(a.tensor is not b.tensor and torch.equal(a.tensor, b.tensor) for a, b in zip(online, target))
+    assert {id(r.tensor) for r in target} <= {id(p) for p in td3.actor_target.parameters()}
+    assert active_roles("no-such-phase", ("actor", "critic")) == ()
+    with pytest.raises(ValueError, match="unknown parseval option 'nosuch'"):
+        Parseval(nosuch=1)
 
 
 def test_term_names_carry_the_role_only_when_a_method_acts_on_both() -> None:
