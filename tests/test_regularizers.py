@@ -277,6 +277,22 @@ def test_unit_statistics_per_expert_and_of_the_gate_against_brute_force() -> Non
     torch.testing.assert_close(g.mean, torch.tensor([[1.0, 1.0, 0.0]], dtype=torch.float64))
 
 
+def test_unit_statistics_and_fresh_weights_stay_on_the_features_device() -> None:
+    """``meta`` stands for an accelerator: nothing is made on the CPU behind the network's back."""
+    from rl_moe.nn import Dispatch
+    from rl_moe.nn.experts import ExpertPass
+    from rl_moe.regularizers.units import fresh_input_weights, gate_stats, layer_stats
+
+    h = torch.empty(5, 4, device="meta")
+    idx = torch.zeros(5, dtype=torch.long, device="meta")
+    dispatch = Dispatch(sample_idx=idx, expert_idx=idx, weight=torch.empty(5, device="meta"), counts=(3, 2), n_samples=5)
+    stats = layer_stats(dispatch, ExpertPass(h, (h,), (h,), (h,), (h,), ()), 0)
+    assert {t.device.type for t in stats} == {"meta"}
+    assert {t.device.type for t in gate_stats(h)} == {"meta"}
+    stack = _policy().actor_net.experts.to("meta")
+    assert fresh_input_weights(stack, 1).device.type == "meta"
+
+
 def test_unit_resets_draw_like_the_init_and_reach_every_optimizer_and_the_gates_layernorm() -> None:
     from rl_moe.regularizers.units import ExpertUnits, GateUnits, fresh_input_weights, reset_moments, unit_layers
 
