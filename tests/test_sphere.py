@@ -456,3 +456,60 @@ def test_every_moe_run_logs_the_feature_trace_and_sphere_s_equals_it(method: str
     assert len(trace) >= 2 and all(v > 0 for v in trace)
     if method == "sphere":  # the learner's and SPHERE's reading of the same last minibatch
         assert trace == pytest.approx([v for _, v in tags["train/sphere_trace"]], rel=1e-5)
+
+
+def _skewed_block(scale: bool, static: bool = False, counts: tuple[int, ...] = (1, 1, 2, 9, 10, 0), h: int = 4) -> tuple[FeatureBlock, list[torch.Tensor]]:
+    """A hand-made dispatch of its N = sum(counts) states routed top-1 with skewed counts, or the
+    static layout (3 experts on every one of 23 states); and each expert's scaled rows."""
+    from rl_moe.nn import Dispatch
+
+    torch.manual_seed(5)
+    n = 23 if static else sum(counts)
+    if static:
+        e = 3
+        weight = torch.rand(e * n, dtype=torch.float64) * (torch.rand(e * n) < 0.6)  # unselected pairs weigh 0
+        idx = torch.arange(e).repeat_interleave(n)
+        d = Dispatch(sample_idx=torch.arange(n).repeat(e), expert_idx=idx, weight=weight, counts=(n,) * e, n_samples=n, static=True)
+    else:
+        idx = torch.arange(len(counts)).repeat_interleave(torch.tensor(counts))
+        weight = torch.rand(n, dtype=torch.float64)
+        d = Dispatch(sample_idx=torch.randperm(n), expert_idx=idx, weight=weight, counts=counts, n_samples=n)
+    feats = torch.randn(len(idx), h, dtype=torch.float64)
+    block = FeatureBlock(d, feats, weight if scale else None)
+    scaled = block.scaled()
+    return block, [scaled[idx == e] for e in range(len(d.counts))]
+
+
+@pytest.mark.parametrize(("scale", "static"), [(False, False), (True, False), (True, True)])
+def test_per_expert_grams_against_brute_force_over_padded_buckets_and_the_static_layout(scale: bool, static: bool) -> None:
+    from rl_moe.regularizers.gram_kernels import _plan
+
+    block, rows = _skewed_block(scale, static, counts=(1, 1, 2, 120, 130, 0), h=16)
+    n = block.dispatch.n_samples
+    if not static:
+        assert len(_plan(block.dispatch, 16).shapes) >= 2  # the skewed counts fill two padded buckets
+    (stats,) = per_expert_stats([block])
+    grams = [r.t() @ r / n for r in rows if len(r)]
+    want_fro2 = torch.stack([g.pow(2).sum() for g in grams])
+    want_trace = torch.stack([g.diagonal().sum() for g in grams])
+    assert stats.fro2.shape == stats.trace.shape == (len(grams),)  # one value per active expert
+    assert (stats.dim, stats.n, stats.gram.numel()) == (16, n, 0)
+    if static:  # expert order
+        torch.testing.assert_close(stats.fro2, want_fro2)
+        torch.testing.assert_close(stats.trace, want_trace)
+    else:  # bucket order
+        torch.testing.assert_close(stats.fro2.sort().values, want_fro2.sort().values)
+        torch.testing.assert_close(stats.trace.sort().values, want_trace.sort().values)
+
+
+def test_gram_space_choice_and_its_errors() -> None:
+    """auto: the sample space when m > N (the feature space otherwise); both give the same
+    ||A||_F² and tr(A); an unknown space is one line naming the choices."""
+    block, _ = _skewed_block(scale=True)  # m = 6 experts x 4 = 24 > N = 23
+    sample, feature = gram_stats([block], "auto"), gram_stats([block], "feature")
+    assert sample.gram.shape == (23, 23) and feature.gram.shape == (24, 24) and sample.n == feature.n == 23
+    torch.testing.assert_close(sample.fro2, feature.fro2)
+    torch.testing.assert_close(sample.trace, feature.trace)
+    with pytest.raises(ValueError) as err:
+        gram_stats([block], "dual")
+    assert str(err.value) == "unknown Gram space 'dual'; valid choices: auto, sample, feature"
