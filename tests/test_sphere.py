@@ -510,6 +510,45 @@ def test_gram_space_choice_and_its_errors() -> None:
     assert sample.gram.shape == (23, 23) and feature.gram.shape == (24, 24) and sample.n == feature.n == 23
     torch.testing.assert_close(sample.fro2, feature.fro2)
     torch.testing.assert_close(sample.trace, feature.trace)
+    tall, _ = _skewed_block(scale=True, counts=(1, 1, 2, 120, 130, 0), h=16)  # m = 96 < N = 254
+    assert gram_stats([tall], "auto").gram.shape == (96, 96)
     with pytest.raises(ValueError) as err:
         gram_stats([block], "dual")
     assert str(err.value) == "unknown Gram space 'dual'; valid choices: auto, sample, feature"
+
+
+def _full_block(n_experts: int = 3, n: int = 20, h: int = 4) -> FeatureBlock:
+    """Every expert on every state, rows expert-major in sample order (the full layout)."""
+    from rl_moe.nn import Dispatch
+
+    torch.manual_seed(7)
+    d = Dispatch(sample_idx=torch.arange(n).repeat(n_experts), expert_idx=torch.arange(n_experts).repeat_interleave(n),
+                 weight=torch.rand(n_experts * n, dtype=torch.float64), counts=(n,) * n_experts, n_samples=n)  # fmt: skip
+    return FeatureBlock(d, torch.randn(n_experts * n, h, dtype=torch.float64), d.weight)
+
+
+@pytest.mark.parametrize("case", ["loop", "buckets_many_loads", "two_stacks", "full", "routed_then_full"])
+def test_sample_space_gram_against_brute_force_on_every_kernel_path(case: str) -> None:
+    """The sample-space Gram G = Φ Φᵀ / N, its ||G||_F² and tr(G), whichever kernel builds it: the
+    per-expert loop (≤ 48 active experts), padded buckets over 50 distinct loads (merged levels),
+    two stacks at once, the full layout, and a full stack added after a routed one."""
+    from rl_moe.regularizers.gram_kernels import _is_full, sample_gram_stats
+
+    if case == "loop":
+        blocks = [_skewed_block(True, counts=(1, 1, 2, 120, 130, 0), h=16)[0]]
+    elif case == "buckets_many_loads":
+        blocks = [_skewed_block(True, counts=tuple(range(1, 51)), h=4)[0]]
+    elif case == "two_stacks":
+        blocks = [_skewed_block(True, counts=(1, 1, 2, 120, 130, 0), h=16)[0], _skewed_block(False, counts=(40, 80, 134), h=8)[0]]
+    elif case == "routed_then_full":  # a DS-MoE's routed stack, then its shared one (every expert on every state)
+        blocks = [_skewed_block(True, counts=(5, 15), h=4)[0], _full_block(n=20)]
+    else:
+        blocks = [_full_block()]
+        assert _is_full(blocks[0].dispatch)
+    assert case == "full" or not _is_full(blocks[0].dispatch)
+    phi = dense_phi(blocks)
+    g = phi @ phi.t() / phi.shape[0]
+    fro2, trace, gram = sample_gram_stats(blocks)
+    torch.testing.assert_close(gram, g)
+    torch.testing.assert_close(fro2, g.pow(2).sum())
+    torch.testing.assert_close(trace, g.diagonal().sum())
