@@ -4,7 +4,8 @@
     python -m tools.mutation_table --check  # exit 1 if the docs' table differs from the data
 
 Each row is one module's last ``python -m tools.mutation ... --json`` summary: its tests (and
-``-k``), mutants, killed and survived (mutants no selected test reaches count as survived).
+``-k``), mutants, killed (a mutant that makes the tests time out counts as killed) and survived
+(mutants no selected test reaches count as survived).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ def rows(folder: Path = ROOT / "results" / "mutation") -> list[str]:
         counts = d["counts"]
         tests = " ".join(d["tests"]) + (f" -k {d['keyword']}" if d.get("keyword") else "")
         survived = counts.get("survived", 0) + counts.get("no tests", 0)
+        killed = counts.get("killed", 0) + counts.get("timeout", 0)  # a mutant that hangs the tests is caught
         label = LABELS.get(d["module"], f"`{d['module']}`")
         key = (not d["module"].startswith("rl_moe/algos/"), d["module"])
-        out.append((key, f"| {label} | `{tests}` | {d['mutants']} | {counts.get('killed', 0)} | {survived} |"))
+        out.append((key, f"| {label} | `{tests}` | {d['mutants']} | {killed} | {survived} |"))
     return [row for _, row in sorted(out)]
 
 
