@@ -1,5 +1,8 @@
 """PPO update cost, host syncs and end-to-end CW10 throughput on one device, in one run.
 
+Every MoE actor is ``--network``'s (default ``authors``, the network ``cw10`` trains: LeCun init and
+a 3 x 256 gate; :data:`rl_moe.continual.networks.NETWORKS`).
+
 Part 1 (update, unless ``--skip-update``): per-minibatch time of one PPO update (batch 256, the
 paper's CW10 dims: obs 39, act 4) and, from the torch profiler, aten ops, CUDA launch calls and
 host syncs per minibatch, for
@@ -17,7 +20,7 @@ On a CPU the syncs column leaves out the scalar reads inside Adam and ``std`` (s
 Ratios are to ``topk`` and to ``sb3 mlp 3x256`` measured in the same run. Part 2 (end to end, unless
 ``--skip-e2e``): env steps/s of Top-K + SPHERE + probe on ``--device`` (built as ``python -m
 rl_moe.crl`` builds it), Top-K alone on ``--device``, and plain SB3 PPO MlpPolicy on the CPU, on one
-CW10 task with the CW10 PPO settings; ratios to the SB3 CPU run, and SPHERE's end-to-end overhead.
+task of ``--suite`` (default ``cw10``, the slice's) with that suite's PPO settings and network; ratios to the SB3 CPU run, and SPHERE's end-to-end overhead.
 Part 3 (rollouts, unless ``--skip-rollout``; run before part 2): per env step of a 256-step rollout
 over envs that cost nothing to step, time, aten ops, launches and host syncs of SB3's
 ``collect_rollouts`` with the device buffer and graphed acting of ``rl_moe/algos/rollout.py``,
@@ -44,6 +47,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rl_moe.algos import MoEPPO
 from rl_moe.algos.profiling import CPU_INTERNAL_SCOPES, count_ops
+from rl_moe.continual.networks import NETWORKS
 from rl_moe.policies import MoEActorCriticPolicy
 from rl_moe.regularizers.sphere import Sphere
 
@@ -82,10 +86,15 @@ def _filled(model: BaseAlgorithm, rng: np.random.Generator) -> BaseAlgorithm:
     return model
 
 
-def update_variants(device: str, n_experts: int, minibatches: int, static: bool) -> dict[str, BaseAlgorithm]:
+def _moe_kwargs(n_experts: int, network: str) -> dict:
+    """Top-K (K=2, 3 x 256) policy kwargs of the named network (init and gate widths)."""
+    return dict(moe="topk", n_experts=n_experts, top_k=2, hidden=(256, 256, 256), **NETWORKS[network].settings)
+
+
+def update_variants(device: str, n_experts: int, minibatches: int, static: bool, network: str = "authors") -> dict[str, BaseAlgorithm]:
     n_envs = 8
     kw = dict(n_steps=minibatches * BATCH // n_envs, batch_size=BATCH, n_epochs=1, device=device, seed=0, verbose=0)
-    moe = dict(moe="topk", n_experts=n_experts, top_k=2, hidden=(256, 256, 256))
+    moe = _moe_kwargs(n_experts, network)
     rng = np.random.default_rng(0)
 
     def env() -> DummyVecEnv:
@@ -125,10 +134,10 @@ def time_updates(variants: dict[str, BaseAlgorithm], device: str, rounds: int) -
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
-def part_update(device: str, n_experts: int, minibatches: int, rounds: int, static: bool) -> None:
-    variants = update_variants(device, n_experts, minibatches, static)
+def part_update(device: str, n_experts: int, minibatches: int, rounds: int, static: bool, network: str) -> None:
+    variants = update_variants(device, n_experts, minibatches, static, network)
     secs = time_updates(variants, device, rounds)
-    print(f"\nUpdate on {device}: E={n_experts}, K=2, 3x256, {minibatches} minibatches of {BATCH} per train(), median of {rounds}")
+    print(f"\nUpdate on {device}: {network} network, E={n_experts}, K=2, 3x256, {minibatches} minibatches of {BATCH} per train(), median of {rounds}")
     print(f"  {'variant':<24} {'ms/minibatch':>12} {'x topk':>7} {'x mlp':>7} {'ops':>7} {'launches':>9} {'syncs':>6}  path")
     for name, model in variants.items():
         counts = count_ops(model.train, exclude_scopes=CPU_INTERNAL_SCOPES if device == "cpu" else ())
@@ -142,10 +151,10 @@ def part_update(device: str, n_experts: int, minibatches: int, rounds: int, stat
         )
 
 
-def rollout_variants(device: str, n_envs: int, n_steps: int) -> dict[str, BaseAlgorithm]:
+def rollout_variants(device: str, n_envs: int, n_steps: int, network: str = "authors") -> dict[str, BaseAlgorithm]:
     """Learners whose ``collect_rollouts`` is timed on envs that cost nothing to step."""
     kw = dict(n_steps=n_steps, batch_size=BATCH, n_epochs=1, device=device, seed=0, verbose=0)
-    moe = dict(moe="topk", n_experts=10, top_k=2, hidden=(256, 256, 256))
+    moe = _moe_kwargs(10, network)
 
     def env() -> DummyVecEnv:
         return DummyVecEnv([_Box] * n_envs)
@@ -169,9 +178,9 @@ def rollout_variants(device: str, n_envs: int, n_steps: int) -> dict[str, BaseAl
     return variants
 
 
-def part_rollout(device: str, n_envs: int, n_steps: int, rounds: int) -> None:
+def part_rollout(device: str, n_envs: int, n_steps: int, rounds: int, network: str) -> None:
     """Per env step: time, ops, launches and host syncs of acting plus SB3's buffer work."""
-    variants = rollout_variants(device, n_envs, n_steps)
+    variants = rollout_variants(device, n_envs, n_steps, network)
 
     def collect(model: BaseAlgorithm) -> Callable[[], None]:
         _, callback = model._setup_learn(n_envs * n_steps, None)  # first observations, logger, callback
@@ -189,7 +198,7 @@ def part_rollout(device: str, n_envs: int, n_steps: int, rounds: int) -> None:
             _sync(device)
             samples[name].append(time.perf_counter() - t0)
     secs = {k: statistics.median(v) for k, v in samples.items()}
-    print(f"\nRollout on {device}: {n_envs} envs x {n_steps} steps of a no-op env, E=10, K=2, 3x256, median of {rounds}")
+    print(f"\nRollout on {device}: {network} network, {n_envs} envs x {n_steps} steps of a no-op env, E=10, K=2, 3x256, median of {rounds}")
     print(f"  {'variant':<26} {'ms/step':>8} {'x device':>9} {'ops':>7} {'launches':>9} {'syncs':>6}  syncs by name")
     for name, fn in calls.items():
         counts = count_ops(fn)
@@ -199,14 +208,14 @@ def part_rollout(device: str, n_envs: int, n_steps: int, rounds: int) -> None:
         print(f"  {name:<26} {ms:8.3f} {secs[name] / secs['topk, device buffer+graph']:9.2f} {ops:7.1f} {launches:9.1f} {syncs:6.2f}  {by_name}")
 
 
-def part_e2e(device: str, task: str, n_envs: int, n_steps: int, updates: int, vec_env: str) -> None:
+def part_e2e(device: str, suite_name: str, task: str, n_envs: int, n_steps: int, updates: int, vec_env: str) -> None:
     from rl_moe.continual.agents import begin_task, build_model
     from rl_moe.envs.factories import make_vec_env, task_factories
     from rl_moe.continual.probe_states import collect_probe_states, make_probe_callback, probe_factories
     from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 
     overrides = (f"ppo.n_envs={n_envs}", f"ppo.n_steps={n_steps}")
-    cfgs = {m: resolve(RunRequest(suite="cw10-cw", method=m, tasks=1, device=device, vec_env=vec_env, overrides=overrides)) for m in ("sphere", "topk")}
+    cfgs = {m: resolve(RunRequest(suite=suite_name, method=m, tasks=1, device=device, vec_env=vec_env, overrides=overrides)) for m in ("sphere", "topk")}
     suite = suite_of(cfgs["sphere"])
     spec = next(t for t in suite.tasks if t.name == task)
     steps = n_envs * n_steps * updates
@@ -241,7 +250,7 @@ def part_e2e(device: str, task: str, n_envs: int, n_steps: int, updates: int, ve
 
     rates = {"sb3 mlp (cpu)": run(sb3), "topk": run(ours("topk", False)), "topk+sphere": run(ours("sphere", False))}
     rates["topk+sphere+probe"] = run(ours("sphere", True))
-    print(f"\nEnd to end, CW10 {task}: {n_envs} envs ({vec_env}) x {n_steps} steps, {updates} updates after a warm-up one")
+    print(f"\nEnd to end, {suite_name} {task} ({cfgs['topk'].net.init} init, gate {cfgs['topk'].net.gate_hidden}): {n_envs} envs ({vec_env}) x {n_steps} steps, {updates} updates after a warm-up one")
     for name, rate in rates.items():
         print(f"  {name:<20} {rate:8.0f} env steps/s   {rate / rates['sb3 mlp (cpu)']:5.2f}x sb3 mlp (cpu)")
     print(f"  SPHERE end-to-end overhead: {rates['topk'] / rates['topk+sphere'] - 1:+.1%}")
@@ -257,6 +266,8 @@ def main() -> None:
     p.add_argument("--skip-e2e", action="store_true")
     p.add_argument("--skip-rollout", action="store_true")
     p.add_argument("--static", action="store_true", help="static-shape MoE layers on a CPU too (the GPU layout)")
+    p.add_argument("--network", default="authors", choices=sorted(NETWORKS), help="parts 1 and 3: the MoE actor's network")
+    p.add_argument("--suite", default="cw10", help="part 2: the suite whose network, PPO settings and probe tasks are used")
     p.add_argument("--task", default="hammer-v3")
     p.add_argument("--n-envs", type=int, default=8)
     p.add_argument("--n-steps", type=int, default=2048)
@@ -267,11 +278,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if not args.skip_update:
         for e in args.experts:
-            part_update(args.device, e, args.minibatches, args.rounds, args.static)
+            part_update(args.device, e, args.minibatches, args.rounds, args.static, args.network)
     if not args.skip_rollout:
-        part_rollout(args.device, args.n_envs, 256, args.rounds)
+        part_rollout(args.device, args.n_envs, 256, args.rounds, args.network)
     if not args.skip_e2e:
-        part_e2e(args.device, args.task, args.n_envs, args.n_steps, args.updates, args.vec_env)
+        part_e2e(args.device, args.suite, args.task, args.n_envs, args.n_steps, args.updates, args.vec_env)
 
 
 if __name__ == "__main__":
