@@ -67,6 +67,18 @@ def test_registry_and_errors() -> None:
         make_regularizer("parseval", target="gate")
 
 
+def test_registry_public_names_all_resolve_and_every_method_is_exported() -> None:
+    import rl_moe.regularizers as regs
+
+    missing = [name for name in regs.__all__ if not hasattr(regs, name)]
+    assert missing == [] and len(set(regs.__all__)) == len(regs.__all__)
+    assert {cls.__name__ for cls in REGISTRY.values()} <= set(regs.__all__)
+    assert all(REGISTRY[name].name == name for name in REGISTRY)  # the key is the log tag's name
+    with pytest.raises(ValueError) as err:
+        make_regularizer("l2")
+    assert str(err.value) == f"unknown regularizer 'l2'; valid choices: {', '.join(REGISTRY)}"
+
+
 def test_parseval_known_answer_and_steps_reduce_it() -> None:
     torch.manual_seed(0)
     q = torch.linalg.qr(torch.randn(6, 6)).Q

@@ -552,3 +552,462 @@ def test_sample_space_gram_against_brute_force_on_every_kernel_path(case: str) -
     torch.testing.assert_close(gram, g)
     torch.testing.assert_close(fro2, g.pow(2).sum())
     torch.testing.assert_close(trace, g.diagonal().sum())
+
+
+# --- The hook's settings and bookkeeping: what reaches the learner, what is logged, what is saved ---
+
+from rl_moe.regularizers.sphere import (  # noqa: E402
+    COEF_MODES, FEATURES, GRAD_SITES, GRAMS, LAYERS, SPACES, _coef_loss_ratio, gate_loss, is_collapsed,
+)  # fmt: skip
+
+_CHOICES = {"coef_mode": COEF_MODES, "layer": LAYERS, "features": FEATURES, "gram": GRAMS, "grad_site": GRAD_SITES, "space": SPACES}
+
+
+def test_sphere_choices_are_the_documented_names() -> None:
+    # The names users pass to --set reg.sphere.<field> (docs/regularizers.md).
+    assert _CHOICES == {
+        "coef_mode": ("adaptive", "fixed", "loss_ratio"), "layer": ("last", "all", "joint"), "features": ("weighted", "unweighted"),
+        "gram": ("features", "gradients", "both"), "grad_site": ("hidden", "head"), "space": ("auto", "sample", "feature"),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("field", sorted(_CHOICES))
+def test_sphere_config_takes_every_choice_and_names_them_for_a_bad_one(field: str) -> None:
+    for value in _CHOICES[field]:
+        assert getattr(SphereConfig(**{field: value}), field) == value
+    with pytest.raises(ValueError) as err:
+        SphereConfig(**{field: "bogus"})
+    assert str(err.value) == f"unknown {field} 'bogus'; valid choices: {', '.join(_CHOICES[field])}"
+    with pytest.raises(ValueError) as err:
+        SphereConfig(placement="gate")
+    assert str(err.value) == "unknown placement 'gate'; valid choices: actor, critic, both"
+
+
+def test_sphere_defaults_are_the_papers_setup_with_the_authors_arithmetic() -> None:
+    assert SphereConfig().to_dict() == {
+        "rho": 0.1, "coef_mode": "adaptive", "placement": "actor", "layer": "last", "features": "weighted", "per_expert": False,
+        "gram": "features", "grad_site": "hidden", "alpha": None, "scale_invariant": False, "space": "auto", "eps": 1e-8,
+        "norm_eps": 1e-8, "log_std_in_theta": True, "rank_every": 50, "ratio_every": 1, "gating_ratio": 0.0, "max_coef": None,
+        "pcgrad": False, "warn_coef": 1e4, "warn_updates": 20,
+    }  # fmt: skip
+    import dataclasses
+
+    with pytest.raises(ValueError) as err:
+        sphere_config(rhoo=1.0)
+    names = ", ".join(f.name for f in dataclasses.fields(SphereConfig))
+    assert str(err.value) == f"unknown SPHERE option 'rhoo'; valid choices: {names}"
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(max_coef=0.0), "max_coef must be > 0 or null, got 0.0"),
+        (dict(max_coef=-2.0), "max_coef must be > 0 or null, got -2.0"),
+        (dict(pcgrad=True, coef_mode="fixed"), "pcgrad projects gradients, which coef_mode 'adaptive' computes; got coef_mode='fixed'"),
+        (dict(norm_eps=-1e-9), "norm_eps must be >= 0, got -1e-09"),
+        (dict(warn_updates=0), "warn_updates must be >= 1, got 0"),
+        (dict(rank_every=-1), "rank_every must be >= 0, got -1"),
+        (dict(ratio_every=0), "ratio_every must be >= 1, got 0"),
+        (dict(scale_invariant=True, alpha=0.5), "scale_invariant penalises no scale, alpha=0.5 fixes one; set one of them"),
+    ],
+)
+def test_sphere_config_range_errors_name_the_value(bad: dict, message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        SphereConfig(**bad)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
+    "edge",
+    [dict(max_coef=1e-12), dict(norm_eps=0.0), dict(warn_updates=1), dict(rank_every=0), dict(ratio_every=1), dict(pcgrad=True),
+     dict(alpha=0.5), dict(scale_invariant=True), dict(alpha=0.0, coef_mode="fixed")],
+)  # fmt: skip
+def test_sphere_config_accepts_each_bound(edge: dict) -> None:
+    cfg = SphereConfig(**edge)
+    assert all(getattr(cfg, k) == v for k, v in edge.items())
+
+
+def _both_ctx(policy, x: torch.Tensor, sync_free: bool = False):
+    """A PPO minibatch context with a MoE actor and a MoE critic and their reference losses."""
+    out_a, out_c = policy.actor_net(x), policy.critic_net(x)
+    actor_loss, value_loss = (out_a.out**2).mean() + out_a.out.sum() * 0.1, (out_c.out - 1.0).pow(2).mean()
+    ctx = loss_context(
+        types.SimpleNamespace(policy=policy), "ppo", None, {"actor": (out_a,), "critic": (out_c,)},
+        {"actor": actor_loss, "critic": value_loss}, {"actor": actor_loss, "value": value_loss}, sync_free,
+    )  # fmt: skip
+    return ctx, out_a, out_c
+
+
+def test_sphere_hands_its_settings_to_the_learners_scale_for_each_role() -> None:
+    torch.manual_seed(11)
+    policy = _policy(critic_moe=True)
+    ctx, out_a, out_c = _both_ctx(policy, torch.randn(24, 5))
+    reg = Sphere(rho=0.3, placement="both", eps=1e-6, norm_eps=1e-7, max_coef=5.0, pcgrad=True, rank_every=0)
+    actor, critic = reg.penalty(ctx)
+    assert (actor.name, critic.name) == ("sphere_actor", "sphere_critic")
+    for term, out, ref in ((actor, out_a, ctx.roles["actor"].reference), (critic, out_c, ctx.roles["critic"].reference)):
+        s = term.scale
+        assert s is not None and (s.rho, s.eps, s.norm_eps, s.ceiling, s.pcgrad) == (0.3, 1e-6, 1e-7, 5.0, True)
+        assert s.reference is ref and term.coef == 0.0
+        torch.testing.assert_close(term.loss, brute(out.phi()), rtol=1e-5, atol=1e-6)
+    # theta: the actor's experts and gate plus its log-std (the authors' whole actor tree); the critic's own parameters.
+    assert actor.scale.params == (*ctx.roles["actor"].params, policy.log_std)
+    assert critic.scale.params == ctx.roles["critic"].params
+    assert Sphere(log_std_in_theta=False, rank_every=0).penalty(ctx)[0].scale.params == ctx.roles["actor"].params
+    # The resolved lambda comes back per role and is kept as lambda / rho.
+    actor.scale.on_resolve(torch.tensor(0.6))
+    critic.scale.on_resolve(torch.tensor(0.9))
+    assert float(reg._ratios["actor"]) == pytest.approx(2.0) and float(reg._ratios["critic"]) == pytest.approx(3.0)
+    assert reg._calls == 1
+
+
+def test_sphere_rho_zero_adds_its_loss_with_coefficient_zero_in_every_mode() -> None:
+    torch.manual_seed(12)
+    policy = _policy()
+    out = policy.actor_net(torch.randn(24, 5))
+    ctx = _ctx(policy, out, {"actor": (out.out**2).mean()})
+    for mode in COEF_MODES:
+        (term,) = Sphere(rho=0.0, coef_mode=mode, rank_every=0).penalty(ctx)
+        assert term.scale is None and isinstance(term.coef, float) and term.coef == 0.0
+        torch.testing.assert_close(term.loss, brute(out.phi()), rtol=1e-5, atol=1e-6)
+
+
+def test_sphere_skips_a_role_without_moe_output_but_counts_the_call() -> None:
+    policy = _policy()  # dense critic: no MoE output to penalise
+    out = policy.actor_net(torch.randn(8, 5))
+    ctx = loss_context(types.SimpleNamespace(policy=policy), "ppo", None, {}, {"actor": out.out.sum(), "critic": out.out.sum()}, {})
+    reg = Sphere(placement="both", gating_ratio=0.5, rank_every=0)
+    assert reg.penalty(ctx) == [] and reg._calls == 1
+    assert reg.logs() == {}
+
+
+def test_sphere_reused_ratio_keeps_the_sign_of_rho_and_the_ceiling() -> None:
+    torch.manual_seed(13)
+    policy = _policy()
+    for rho in (1.0, -1.0):
+        reg = Sphere(rho=rho, ratio_every=2, max_coef=0.5, rank_every=0)
+        x = torch.randn(16, 5)
+        out = policy.actor_net(x)
+        first = reg.penalty(_ctx(policy, out, {"actor": (out.out**2).mean()}))[0]
+        first.scale.on_resolve(torch.tensor(4.0 * rho))  # the learner's lambda: rho * ratio, ratio 4
+        second = reg.penalty(_ctx(policy, out, {"actor": (out.out**2).mean()}))[0]
+        assert second.scale is None and float(second.coef) == pytest.approx(0.5 * rho)
+        unclamped = Sphere(rho=rho, ratio_every=2, rank_every=0)
+        unclamped._ratios["actor"] = 4.0
+        unclamped._calls = 1
+        assert float(unclamped.penalty(_ctx(policy, out, {"actor": (out.out**2).mean()}))[0].coef) == pytest.approx(4.0 * rho)
+
+
+def test_sphere_gate_terms_follow_the_coefficient_mode_for_each_role() -> None:
+    torch.manual_seed(14)
+    policy = _policy(critic_moe=True)
+    ctx, out_a, out_c = _both_ctx(policy, torch.randn(32, 5))
+    terms = Sphere(placement="both", gating_ratio=0.2, eps=1e-6, norm_eps=1e-7, rank_every=0).penalty(ctx)
+    assert [t.name for t in terms] == ["sphere_actor", "sphere_critic", "sphere_actor_gate", "sphere_critic_gate"]
+    for gate, out, role in ((terms[2], out_a, "actor"), (terms[3], out_c, "critic")):
+        torch.testing.assert_close(gate.loss, gate_loss(out.probs))
+        s = gate.scale
+        assert s is not None and (s.rho, s.eps, s.norm_eps, s.ceiling, s.pcgrad) == (0.2, 1e-6, 1e-7, None, False)
+        assert s.reference is ctx.roles[role].reference
+    assert terms[2].scale.params == (*ctx.roles["actor"].params, policy.log_std)
+    assert terms[3].scale.params == ctx.roles["critic"].params
+    fixed = Sphere(placement="both", coef_mode="fixed", gating_ratio=0.2, rank_every=0).penalty(ctx)
+    assert [t.coef for t in fixed[2:]] == [0.2, 0.2]
+
+
+def test_sphere_gate_term_sums_over_every_q_network() -> None:
+    from rl_moe.policies import MoETD3Policy
+
+    torch.manual_seed(15)
+    obs, act = spaces.Box(-1, 1, (5,), np.float32), spaces.Box(-1, 1, (2,), np.float32)
+    policy = MoETD3Policy(obs, act, lambda _: 1e-3, n_experts=3, top_k=2, hidden=(16, 16))
+    outs = policy.critic.forward_with_outputs(torch.randn(20, 5), torch.rand(20, 2) * 2 - 1)
+    loss = sum((o.out - 1.0).pow(2).mean() for o in outs)
+    ctx = loss_context(types.SimpleNamespace(policy=policy), "td3_critic", None, {"critic": outs}, {"critic": loss}, {"critic": loss})
+    main, gate = Sphere(placement="critic", coef_mode="fixed", gating_ratio=0.1, rank_every=0).penalty(ctx)
+    torch.testing.assert_close(gate.loss, gate_loss(outs[0].probs) + gate_loss(outs[1].probs))
+    assert gate.name == "sphere_gate" and gate.coef == 0.1
+    # TD3's policy has no log-std: theta is the role's parameters even under log_std_in_theta.
+    adaptive = Sphere(placement="critic", rank_every=0).penalty(ctx)[0]
+    assert adaptive.scale.params == ctx.roles["critic"].params
+
+
+def test_the_gradient_gram_needs_its_reference_and_takes_the_head_site() -> None:
+    torch.manual_seed(16)
+    net = _net("topk", hidden=(8, 6), n_experts=3).double()
+    out = net(torch.randn(7, 6, dtype=torch.float64))
+    for gram in ("gradients", "both"):
+        with pytest.raises(ValueError) as err:
+            Sphere(gram=gram).network_loss(out)
+        assert str(err.value) == f"gram={gram!r} needs the reference loss (the actor or critic loss); got reference=None"
+    per_sample = (out.out**2).sum(1) + out.out[:, 1]
+    value = Sphere(gram="gradients", grad_site="head").network_loss(out, per_sample.mean())
+    g = out.groups[0]
+    head = g.expert.linear[-1]
+    rows = torch.zeros_like(head)
+    for i in range(7):
+        (gi,) = torch.autograd.grad(per_sample[i], head, retain_graph=True)
+        mask = g.dispatch.sample_idx == i
+        rows[mask] = gi[mask]
+    torch.testing.assert_close(value, brute(dense_phi([FeatureBlock(g.dispatch, rows)])))
+    # A reference that never reaches the experts (the gate alone) has zero gradient rows: penalty 0, no error.
+    gate_only = Sphere(gram="gradients").network_loss(out, (out.probs**2).sum())
+    assert float(gate_only) == 0.0
+
+
+def test_sphere_per_expert_penalty_carries_alpha_and_scale_invariance() -> None:
+    torch.manual_seed(17)
+    net = _net("topk").double()
+    out = net(torch.randn(30, 6, dtype=torch.float64))
+    phi = out.phi()
+    h = out.groups[0].expert.hidden[-1].shape[1]
+    cols = [phi[:, e * h : (e + 1) * h] for e in range(5)]
+    torch.testing.assert_close(Sphere(per_expert=True, alpha=0.3).network_loss(out), sum(brute(c, alpha=0.3) for c in cols))
+
+    def normalised(c: torch.Tensor) -> torch.Tensor:
+        a = c.t() @ c / c.shape[0]
+        return torch.zeros(()) if a.trace() == 0 else brute(c) / a.trace() ** 2
+
+    want = sum(normalised(c) for c in cols)
+    torch.testing.assert_close(Sphere(per_expert=True, scale_invariant=True).network_loss(out), want.to(phi.dtype))
+
+
+def _last_gram(out) -> torch.Tensor:
+    return gram_stats(feature_blocks(out, (len(out.groups[0].expert.hidden) - 1,), True), "auto").gram
+
+
+def test_sphere_logs_the_last_layers_trace_and_rank_under_last_and_all_but_not_joint() -> None:
+    torch.manual_seed(18)
+    net = _net("topk").double()
+    out = net(torch.randn(30, 6, dtype=torch.float64))
+    gram = _last_gram(out)
+    for layer in ("last", "all"):
+        reg = Sphere(layer=layer, rank_every=1)
+        reg.network_loss(out)
+        logs = reg.logs()
+        assert logs["sphere_trace"] == pytest.approx(float(gram.trace()))
+        assert logs["sphere_feature_rank"] == pytest.approx(effective_rank(gram))
+        assert logs["sphere_trace_ratio"] == pytest.approx(1.0)
+    joint = Sphere(layer="joint", rank_every=1)
+    joint.network_loss(out)
+    assert joint.logs() == {}
+
+
+def test_sphere_ranks_every_rank_every_calls_or_once_per_update_when_sync_free() -> None:
+    torch.manual_seed(19)
+    policy = _policy()
+    xs = [torch.randn(24, 5) * (1 + i) for i in range(4)]
+    outs = [policy.actor_net(x) for x in xs]
+    ranks = [effective_rank(_last_gram(o)) for o in outs]
+    assert len(set(round(r, 6) for r in ranks)) == 4  # four different answers, so a stale one shows
+    reg = Sphere(rank_every=2)
+    seen = []
+    for out in outs:
+        reg.penalty(_ctx(policy, out, {"actor": (out.out**2).mean()}))
+        seen.append(reg.logs()["sphere_feature_rank"])
+    assert seen == pytest.approx([ranks[0], ranks[0], ranks[2], ranks[2]])
+    free = Sphere(rank_every=2)
+    for out, want in zip(outs, ranks):  # sync-free: the latest Gram, ranked when logs() reads it
+        free.penalty(_ctx_sync_free(policy, out))
+        assert free.logs()["sphere_feature_rank"] == pytest.approx(want)
+    never = Sphere(rank_every=0)
+    never.penalty(_ctx_sync_free(policy, outs[0]))
+    assert "sphere_feature_rank" not in never.logs()
+
+
+def _ctx_sync_free(policy, out) -> LossContext:
+    loss = (out.out**2).mean()
+    return loss_context(types.SimpleNamespace(policy=policy), "ppo", None, {"actor": (out,)}, {"actor": loss, "critic": loss}, {"actor": loss}, True)
+
+
+def test_sphere_trace_ratio_keeps_the_first_calls_baseline_across_calls_and_a_resume() -> None:
+    torch.manual_seed(20)
+    net = _net("topk").double()
+    outs = [net(torch.randn(30, 6, dtype=torch.float64) * s) for s in (1.0, 2.0, 3.0)]
+    traces = [float(_last_gram(o).trace()) for o in outs]
+    reg = Sphere(rank_every=0)
+    reg.network_loss(outs[0])
+    reg.network_loss(outs[1])  # two calls before the update's logs: the baseline is the first
+    logs = reg.logs()
+    assert logs["sphere_trace"] == pytest.approx(traces[1])
+    assert logs["sphere_trace_ratio"] == pytest.approx(traces[1] / traces[0])
+    reg.network_loss(outs[2])
+    assert reg.logs()["sphere_trace_ratio"] == pytest.approx(traces[2] / traces[0])
+    returned = reg.logs()
+    returned["sphere_trace"] = -1.0  # the caller's copy
+    assert reg.logs()["sphere_trace"] == pytest.approx(traces[2])
+    resumed = Sphere(rank_every=0)
+    resumed.load_state_dict(reg.state_dict(None), None)
+    resumed.network_loss(outs[1])
+    assert resumed.logs()["sphere_trace_ratio"] == pytest.approx(traces[1] / traces[0])
+    zero = Sphere(rank_every=0)
+    zero.load_state_dict({"calls": 0, "ratios": {}, "trace0": 0.0}, None)
+    zero.network_loss(outs[0])
+    assert np.isnan(zero.logs()["sphere_trace_ratio"])
+
+
+def test_sphere_state_round_trips_through_json_and_reads_older_checkpoints() -> None:
+    import json
+
+    torch.manual_seed(21)
+    policy = _policy()
+    reg = Sphere(rho=1.0, ratio_every=3, rank_every=1)
+    out = policy.actor_net(torch.randn(16, 5))
+    reg.penalty(_ctx(policy, out, {"actor": (out.out**2).mean()}))[0].scale.on_resolve(torch.tensor(4.0))
+    reg.penalty(_ctx(policy, out, {"actor": (out.out**2).mean()}))
+    logs = reg.logs()
+    state = reg.state_dict(policy)
+    assert state == {"calls": 2, "ratios": {"actor": 4.0}, "last": logs, "trace0": pytest.approx(logs["sphere_trace"])}
+    loaded = Sphere(rho=1.0, ratio_every=3, rank_every=1)
+    loaded.load_state_dict(json.loads(json.dumps(state)), policy)
+    assert loaded.state_dict(policy) == state and isinstance(loaded._calls, int)
+    # The third call reuses the saved ratio, in both.
+    assert float(loaded.penalty(_ctx(policy, out, {"actor": (out.out**2).mean()}))[0].coef) == pytest.approx(4.0)
+    older = Sphere(rank_every=0)
+    older.load_state_dict({"calls": 5, "ratios": {"actor": 2}}, policy)  # saved before "last" and "trace0"
+    assert older.logs() == {} and older._calls == 5 and older._ratios == {"actor": 2.0}
+    older.network_loss(out)
+    assert older.logs()["sphere_trace_ratio"] == pytest.approx(1.0)  # its baseline is taken afresh
+
+
+def test_the_collapse_flag_reads_the_largest_lambda_and_the_smallest_penalty() -> None:
+    assert not is_collapsed(1e4, 1e-8) and is_collapsed(1e4 + 1, 1.0) and is_collapsed(-2e4, 1.0)  # both bounds strict, |lambda|
+    assert is_collapsed(0.0, 0.99e-8) and not is_collapsed(0.0, 0.5)
+    reg = Sphere(rank_every=0)
+    reg.logged({})
+    assert "sphere_collapsed" not in reg.logs()
+
+    def flag(values: dict[str, float]) -> float:
+        reg.logged(values)
+        return reg.logs()["sphere_collapsed"]
+
+    assert flag({"train/coef_sphere_actor": 1.0, "train/coef_sphere_critic": 2e4, "train/loss_sphere_actor": 1.0, "train/loss_sphere_critic": 1.0}) == 1.0
+    assert flag({"train/coef_sphere_actor": -2e4, "train/loss_sphere_actor": 1.0}) == 1.0
+    assert flag({"train/coef_sphere": 1e4, "train/loss_sphere": 1e-8}) == 0.0
+    assert flag({"train/coef_sphere": 1.0, "train/loss_sphere_actor": 1.0, "train/loss_sphere_critic": 1e-9}) == 1.0
+    # The gate term and other methods' terms are not SPHERE's main penalty.
+    assert flag({"train/coef_sphere": 1.0, "train/loss_sphere": 0.5, "train/coef_sphere_gate": 1e9, "train/loss_sphere_gate": 0.0}) == 0.0
+    assert flag({"train/coef_ln": 1e9, "train/loss_ln": 0.0, "train/loss_sphere": 0.5}) == 0.0
+    assert flag({"train/loss_sphere": 1e-9}) == 1.0  # no lambda logged: the penalty alone decides
+    assert flag({"train/loss_sphere": 0.5}) == 0.0
+
+
+def test_the_lambda_warning_needs_a_strict_unbroken_streak(capsys: pytest.CaptureFixture) -> None:
+    reg = Sphere(warn_coef=100.0, warn_updates=3, rank_every=0)
+    for coef in (100.0, 100.0, 100.0, 500.0, 500.0, 50.0, 500.0, 500.0):  # at the bound does not count; 50 breaks the streak
+        reg.logged({"train/coef_sphere": coef, "train/loss_sphere": 1.0})
+    assert capsys.readouterr().err == ""
+    reg.logged({"train/coef_sphere_actor": 10.0, "train/coef_sphere_critic": -600.0, "train/loss_sphere_actor": 1.0})
+    assert capsys.readouterr().err == (
+        "warning: SPHERE's lambda has stayed above 100 for 3 updates (now 600): the actor's features are likely collapsing on "
+        "a task it does not solve; see docs/regularizers.md, \"SPHERE's scale on MetaWorld\" (reg.sphere.max_coef, "
+        "reg.sphere.scale_invariant=true)\n"
+    )
+    one = Sphere(warn_coef=100.0, warn_updates=1, rank_every=0)
+    one.logged({"train/coef_sphere_gate": 1e9})  # the gate's lambda is not watched
+    assert capsys.readouterr().err == ""
+    one.logged({"train/coef_sphere": 101.0})
+    assert "above 100 for 1 updates" in capsys.readouterr().err
+
+
+def test_the_loss_ratio_rule_gives_zero_for_a_zero_penalty_and_uses_the_reference_size() -> None:
+    assert float(_coef_loss_ratio(0.5, torch.tensor(-3.0), torch.tensor(0.0), 1e-8)) == 0.0
+    assert float(_coef_loss_ratio(0.5, torch.tensor(-3.0), torch.tensor(2.0), 1e-8)) == pytest.approx(0.5 * 3.0 / (2.0 + 1e-8))
+    assert float(_coef_loss_ratio(0.5, torch.tensor(3.0), torch.tensor(1e-12), 1e-8)) == pytest.approx(0.5 * 3.0 / (1e-12 + 1e-8))
+
+
+def test_gate_loss_on_soft_routing_against_its_definition() -> None:
+    e = 4
+    uniform = torch.full((32, e), 1.0 / e)  # G = 1/E^2 everywhere: tr(G) = 1/E, ||G||^2 = 1/E^2
+    assert float(gate_loss(uniform)) == pytest.approx((1 / e**2 - 1 / e**3) / e)
+    torch.manual_seed(22)
+    probs = torch.softmax(torch.randn(50, 6, dtype=torch.float64), dim=1)
+    g = probs.T @ probs / 50
+    torch.testing.assert_close(gate_loss(probs), ((g**2).sum() - g.trace() ** 2 / 6) / 6)
+
+
+def test_sphere_names_itself_in_an_unknown_option_error() -> None:
+    import dataclasses
+
+    names = ", ".join(f.name for f in dataclasses.fields(SphereConfig))
+    with pytest.raises(ValueError) as err:
+        Sphere(rhoo=1.0)
+    assert str(err.value) == f"unknown SPHERE option 'rhoo'; valid choices: {names}"
+
+
+def test_a_role_without_moe_output_does_not_hide_the_next_role() -> None:
+    torch.manual_seed(23)
+    policy = _policy(actor_moe=False, critic_moe=True)  # dense actor, MoE critic
+    x = torch.randn(24, 5)
+    out_c = policy.critic_net(x)
+    value_loss = (out_c.out - 1.0).pow(2).mean()
+    ctx = loss_context(
+        types.SimpleNamespace(policy=policy), "ppo", None, {"actor": (None,), "critic": (out_c,)},
+        {"actor": value_loss * 0, "critic": value_loss}, {"value": value_loss},
+    )  # fmt: skip
+    terms = Sphere(placement="both", coef_mode="fixed", gating_ratio=0.3, rank_every=0).penalty(ctx)
+    assert [t.name for t in terms] == ["sphere_critic", "sphere_critic_gate"]
+    torch.testing.assert_close(terms[0].loss, brute(out_c.phi()), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(terms[1].loss, gate_loss(out_c.probs))
+
+
+def test_sphere_penalty_names_each_role_and_hands_the_reference_to_the_gradient_gram() -> None:
+    torch.manual_seed(24)
+    policy = _policy(critic_moe=True)
+    ctx, out_a, out_c = _both_ctx(policy, torch.randn(24, 5))
+    fixed = Sphere(placement="both", coef_mode="fixed", rank_every=0).penalty(ctx)
+    assert [(t.name, t.coef) for t in fixed] == [("sphere_actor", 0.1), ("sphere_critic", 0.1)]
+    adaptive_gate = Sphere(gating_ratio=0.2, rank_every=0).penalty(ctx)[1]
+    assert adaptive_gate.coef == 0.0  # a scaled term's coefficient is set by the learner
+    reg = Sphere(placement="both", gram="gradients", coef_mode="fixed", rank_every=0)
+    actor, critic = reg.penalty(ctx)
+    torch.testing.assert_close(actor.loss, reg.network_loss(out_a, ctx.roles["actor"].reference))
+    torch.testing.assert_close(critic.loss, reg.network_loss(out_c, ctx.roles["critic"].reference))
+    assert float(actor.loss.detach()) > 0 and float(critic.loss.detach()) > 0
+
+
+def test_an_adaptive_role_without_a_ratio_yet_is_refreshed_off_cycle() -> None:
+    torch.manual_seed(25)
+    policy = _policy()
+    out = policy.actor_net(torch.randn(16, 5))
+    reg = Sphere(ratio_every=3, rank_every=0)
+    reg.load_state_dict({"calls": 1, "ratios": {}}, policy)  # resumed before any ratio was resolved
+    (term,) = reg.penalty(_ctx(policy, out, {"actor": (out.out**2).mean()}))
+    assert term.scale is not None  # refreshed at call 1, not a missing ratio
+
+
+def test_the_gradient_gram_takes_the_last_layer_of_a_deeper_net_and_logs_no_feature_trace() -> None:
+    torch.manual_seed(26)
+    net = _net("topk", hidden=(8, 6, 5), n_experts=3).double()  # pre[1] is not the last layer here
+    out = net(torch.randn(7, 6, dtype=torch.float64))
+    per_sample = (out.out**2).sum(1) + out.out[:, 0]
+    reg = Sphere(gram="gradients", rank_every=1)
+    value = reg.network_loss(out, per_sample.mean())
+    g = out.groups[0]
+    pre = g.expert.pre[-1]
+    rows = torch.zeros_like(pre)
+    for i in range(7):
+        (gi,) = torch.autograd.grad(per_sample[i], pre, retain_graph=True)
+        mask = g.dispatch.sample_idx == i
+        rows[mask] = gi[mask]
+    torch.testing.assert_close(value, brute(dense_phi([FeatureBlock(g.dispatch, rows)])))
+    assert reg.logs() == {}  # the trace and rank logged are the features', not the gradients'
+    both = Sphere(gram="both", rank_every=1)
+    both.network_loss(out, per_sample.mean())
+    assert both.logs()["sphere_trace"] == pytest.approx(float(_last_gram(out).trace()))
+
+
+def test_sphere_honours_alpha_scale_invariance_and_the_gram_space_on_the_joint_gram() -> None:
+    torch.manual_seed(27)
+    net = _net("topk").double()
+    out = net(torch.randn(30, 6, dtype=torch.float64))
+    phi = out.phi()
+    torch.testing.assert_close(Sphere(alpha=0.3).network_loss(out), brute(phi, alpha=0.3))
+    a = phi.t() @ phi / phi.shape[0]
+    torch.testing.assert_close(Sphere(scale_invariant=True).network_loss(out), brute(phi) / a.trace() ** 2)
+    policy = _policy()  # m = 4 experts x 16 = 64 features
+    out = policy.actor_net(torch.randn(24, 5))
+    for space, size in (("auto", 24), ("sample", 24), ("feature", 64)):
+        reg = Sphere(space=space)
+        reg.penalty(_ctx_sync_free(policy, out))
+        assert tuple(reg._last_gram.shape) == (size, size)

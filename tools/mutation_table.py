@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def rows(folder: Path = ROOT / "results" / "mutation") -> list[str]:
     for path in folder.glob("*.json"):
         d = json.loads(path.read_text())
         counts = d["counts"]
-        tests = " ".join(d["tests"]) + (f" -k {d['keyword']}" if d.get("keyword") else "")
+        tests = " ".join(d["tests"]) + (f" -k {shlex.quote(d['keyword'])}" if d.get("keyword") else "")  # quoted: the cell is a command line
         survived = counts.get("survived", 0) + counts.get("no tests", 0)
         killed = counts.get("killed", 0) + counts.get("timeout", 0)  # a mutant that hangs the tests is caught
         label = LABELS.get(d["module"], f"`{d['module']}`")
