@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -398,6 +399,10 @@ def test_sequential_real_cli_then_report(tmp_path: Path) -> None:
     assert f"| pendulum-0 | {results['own_success'][0]:.2f} |" in md  # one seed: the mean alone
     if importlib.util.find_spec("matplotlib"):
         assert (tmp_path / "rep" / "plasticity-entk_rank_smoke_ppo_crl.png").read_bytes()[:4] == b"\x89PNG"
+    # A finished trial kept without its checkpoints (19 MB each on CW10) is still skipped, not refused.
+    shutil.rmtree(out / "smoke" / "ppo-topk-crl-s0" / "checkpoints")
+    assert main(args + TINY) == 0
+    assert json.loads((out / "smoke" / "ppo-topk-crl-s0" / "results.json").read_text()) == results
 
 
 def test_local_real_cli_two_trials_side_by_side(tmp_path: Path) -> None:

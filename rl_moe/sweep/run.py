@@ -60,6 +60,8 @@ def validate(cfg: SweepConfig, trials: Sequence[Trial]) -> None:
 
     parser = crl.build_parser()
     for trial in trials:
+        if is_finished(trial):  # skipped anyway; its checkpoints may be gone (a kept summary needs none)
+            continue
         argv = trial_command(trial, cfg)[3:]
         try:
             crl.prepare(parser.parse_args(argv))
