@@ -1,6 +1,7 @@
-"""Where a run's numbers came from: the code's git commit (with a dirty flag) and the env backend
-each task actually stepped on. Written into ``config.json`` and ``results.json`` so that no table
-mixes commits or backends without saying so (docs/continual.md, "Run folder")."""
+"""Where a run's numbers came from: the code's git commit (with a dirty flag), the env backend
+each task actually stepped on and the CPU model it ran on. Written into ``config.json`` and
+``results.json`` so that no table mixes commits, backends or machines without saying so
+(docs/continual.md, "Run folder")."""
 
 from __future__ import annotations
 
@@ -29,6 +30,15 @@ def code_version() -> dict[str, Any]:
         return {"commit": None, "dirty": None}
     status = _git("status", "--porcelain", "--untracked-files=no")
     return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def cpu_model() -> str:
+    """The CPU model this process runs on, as the training fingerprints name it
+    (:func:`rl_moe.fingerprint.kernel_machine`): training is bit-identical on one model, not across
+    models, so each stretch of a run records the one it trained on."""
+    from rl_moe.fingerprint import kernel_machine  # lazy: config resolution imports this module
+
+    return kernel_machine()["cpu"]
 
 
 def vec_env_backend(env: Any, family: str) -> str:

@@ -66,3 +66,6 @@ def test_a_run_records_its_commit_and_each_stretch_of_training(tmp_path: Path, s
     assert [(s["task"], s["name"], s["from_step"], s["backend"]) for s in stretches][0] == (0, "pendulum-0", 0, "dummy")
     assert [(s["task"], s["from_step"]) for s in stretches][-1] == (1, 512)
     assert all(s["commit"] == code["commit"] and s["dirty"] == code["dirty"] for s in stretches)
+    from rl_moe.fingerprint import kernel_machine
+
+    assert all(s["cpu"] == kernel_machine()["cpu"] != "" for s in stretches)  # the machine each stretch trained on
