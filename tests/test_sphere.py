@@ -194,6 +194,18 @@ def test_adaptive_coefficient_is_ratio_of_gradient_norms() -> None:
     assert ratio.coef == pytest.approx(0.5 * abs(float(actor_loss.detach())) / (float(l_s.detach()) + 1e-8), rel=1e-5)
 
 
+def _brute_gradient_gram(out, per_sample: torch.Tensor, site: torch.Tensor) -> torch.Tensor:
+    """SPHERE on Psi built by brute force: one backward per state, each row d l_i / d ``site`` of
+    the experts that state was routed to."""
+    g = out.groups[0]
+    rows = torch.zeros_like(site)
+    for i in range(per_sample.shape[0]):
+        (gi,) = torch.autograd.grad(per_sample[i], site, retain_graph=True)
+        mask = g.dispatch.sample_idx == i
+        rows[mask] = gi[mask]
+    return brute(dense_phi([FeatureBlock(g.dispatch, rows)]))
+
+
 def test_gradient_gram_matches_per_sample_autograd() -> None:
     torch.manual_seed(6)
     net = _net("topk", hidden=(8, 6), n_experts=3).double()
@@ -202,16 +214,7 @@ def test_gradient_gram_matches_per_sample_autograd() -> None:
     per_sample = (out.out**2).sum(1) + out.out[:, 0]  # (N,) independent per state
     loss = per_sample.mean()
     value = Sphere(gram="gradients").network_loss(out, loss)
-    # Brute force: one backward per state, Psi rows = d l_i / d pre_last of the routed experts.
-    g = out.groups[0]
-    pre = g.expert.pre[-1]
-    rows = torch.zeros_like(pre)
-    for i in range(7):
-        (gi,) = torch.autograd.grad(per_sample[i], pre, retain_graph=True)
-        mask = g.dispatch.sample_idx == i
-        rows[mask] = gi[mask]
-    psi = dense_phi([FeatureBlock(g.dispatch, rows)])
-    torch.testing.assert_close(value, brute(psi))
+    torch.testing.assert_close(value, _brute_gradient_gram(out, per_sample, out.groups[0].expert.pre[-1]))
     # Differentiable (second order) and "both" adds the feature term.
     assert torch.autograd.grad(value, net.experts.weights[-1], retain_graph=True)[0].abs().sum() > 0
     both = Sphere(gram="both", rank_every=0).network_loss(out, loss)
@@ -742,14 +745,7 @@ def test_the_gradient_gram_needs_its_reference_and_takes_the_head_site() -> None
         assert str(err.value) == f"gram={gram!r} needs the reference loss (the actor or critic loss); got reference=None"
     per_sample = (out.out**2).sum(1) + out.out[:, 1]
     value = Sphere(gram="gradients", grad_site="head").network_loss(out, per_sample.mean())
-    g = out.groups[0]
-    head = g.expert.linear[-1]
-    rows = torch.zeros_like(head)
-    for i in range(7):
-        (gi,) = torch.autograd.grad(per_sample[i], head, retain_graph=True)
-        mask = g.dispatch.sample_idx == i
-        rows[mask] = gi[mask]
-    torch.testing.assert_close(value, brute(dense_phi([FeatureBlock(g.dispatch, rows)])))
+    torch.testing.assert_close(value, _brute_gradient_gram(out, per_sample, out.groups[0].expert.linear[-1]))
     # A reference that never reaches the experts (the gate alone) has zero gradient rows: penalty 0, no error.
     gate_only = Sphere(gram="gradients").network_loss(out, (out.probs**2).sum())
     assert float(gate_only) == 0.0
@@ -983,14 +979,7 @@ def test_the_gradient_gram_takes_the_last_layer_of_a_deeper_net_and_logs_no_feat
     per_sample = (out.out**2).sum(1) + out.out[:, 0]
     reg = Sphere(gram="gradients", rank_every=1)
     value = reg.network_loss(out, per_sample.mean())
-    g = out.groups[0]
-    pre = g.expert.pre[-1]
-    rows = torch.zeros_like(pre)
-    for i in range(7):
-        (gi,) = torch.autograd.grad(per_sample[i], pre, retain_graph=True)
-        mask = g.dispatch.sample_idx == i
-        rows[mask] = gi[mask]
-    torch.testing.assert_close(value, brute(dense_phi([FeatureBlock(g.dispatch, rows)])))
+    torch.testing.assert_close(value, _brute_gradient_gram(out, per_sample, out.groups[0].expert.pre[-1]))
     assert reg.logs() == {}  # the trace and rank logged are the features', not the gradients'
     both = Sphere(gram="both", rank_every=1)
     both.network_loss(out, per_sample.mean())
