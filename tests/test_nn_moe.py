@@ -153,6 +153,38 @@ def test_segment_matmul_bias_matches_a_per_row_gather_in_value_and_gradient():
         assert torch.all(g_got[2][torch.tensor(counts) == 0] == 0)  # an expert with no rows learns nothing
 
 
+def test_segment_matmul_without_autograd_is_bit_identical_to_the_autograd_path():
+    """Acting and evaluation take the active-experts path; it must not change a single bit."""
+    torch.manual_seed(5)
+    for counts in ((0, 7, 0, 0, 5, 0), (3, 0, 0), (0, 0, 4), (2, 3, 1)):
+        x = torch.randn(sum(counts), 39)
+        w = torch.randn(len(counts), 39, 16, requires_grad=True)
+        b = torch.randn(len(counts), 16, requires_grad=True)
+        for bias in (b, None):
+            with_grad = segment_matmul(x, w, counts, bias)
+            with torch.no_grad():
+                without = segment_matmul(x, w, counts, bias)
+            assert with_grad.requires_grad and not without.requires_grad
+            assert torch.equal(with_grad.detach(), without)
+    with torch.no_grad():  # no routed rows at all
+        assert segment_matmul(torch.randn(0, 39), w, (0, 0, 0)).shape == (0, 16)
+
+
+@pytest.mark.parametrize("kind", ["topk", "dense_moe", "ds", "expert_choice", "mlp"])
+def test_network_forward_without_autograd_is_bit_identical(kind):
+    torch.manual_seed(6)
+    net = build_network(39, 4, NetConfig(kind=kind, n_experts=10, top_k=2, hidden=(32, 32), gate_hidden=(32,)))
+    x = torch.randn(8, 39)
+    with_grad = net(x)
+    with torch.no_grad():
+        without = net(x)
+    assert torch.equal(with_grad.out.detach(), without.out)
+    for g, h in zip(with_grad.groups, without.groups):
+        assert g.dispatch.counts == h.dispatch.counts
+        for a, b in zip(g.expert.hidden, h.expert.hidden):
+            assert torch.equal(a.detach(), b)
+
+
 @pytest.mark.parametrize("kind", NETWORK_KINDS)
 def test_phi_has_routing_weighted_blocks(kind):
     torch.manual_seed(4)

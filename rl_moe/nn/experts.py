@@ -55,6 +55,8 @@ def segment_matmul(x: Tensor, weight: Tensor, counts: tuple[int, ...], bias: Ten
         if bias is None:
             return out
         return out + bias.repeat_interleave(rows, dim=0, output_size=x.shape[0])
+    if not torch.is_grad_enabled():
+        return _active_segments(x, weight, counts, bias)
     # split/unbind keep backward to one stack per weight; indexing weight[e] would allocate E
     # full-size zero gradients.
     biases = bias.unbind(0) if bias is not None else (None,) * len(counts)
@@ -63,9 +65,28 @@ def segment_matmul(x: Tensor, weight: Tensor, counts: tuple[int, ...], bias: Ten
         for xb, w, b, c in zip(torch.split(x, counts), weight.unbind(0), biases, counts)
         if c
     ]
+    return _joined(blocks, x, weight)
+
+
+def _joined(blocks: list[Tensor], x: Tensor, weight: Tensor) -> Tensor:
+    """The row blocks of the active experts, in expert order, as one (R, out) tensor."""
     if not blocks:
         return x.new_zeros(0, weight.shape[2])
     return torch.cat(blocks) if len(blocks) > 1 else blocks[0]
+
+
+def _active_segments(x: Tensor, weight: Tensor, counts: tuple[int, ...], bias: Tensor | None) -> Tensor:
+    """:func:`segment_matmul` without autograd (acting, evaluation, probes): views of the active
+    experts only. The same ``addmm`` on the same views as the split/unbind path, so bit-identical;
+    with routing on 2 of 10 experts a layer makes 6 views instead of 30."""
+    blocks = []
+    start = 0
+    for e, c in enumerate(counts):
+        if c:
+            xb, w = x.narrow(0, start, c), weight[e]
+            blocks.append(xb @ w if bias is None else torch.addmm(bias[e], xb, w))
+            start += c
+    return _joined(blocks, x, weight)
 
 
 def _per_expert(param: Tensor, expert_idx: Tensor | None) -> Tensor:
@@ -149,11 +170,11 @@ class StackedExperts(nn.Module):
         inputs: list[Tensor] = []
         linear: list[Tensor] = []
         normed: list[Tensor] = []
-        ws = self.layer_weights()
+        ws, bs = self.layer_weights(), list(self.biases)  # ParameterList indexing is slow Python
         h = x
         for layer in range(len(self.hidden_dims)):
             inputs.append(h)
-            z = segment_matmul(h, ws[layer], counts, self.biases[layer])
+            z = segment_matmul(h, ws[layer], counts, bs[layer])
             linear.append(z)
             if self.layer_norm:
                 n = F.layer_norm(z, z.shape[-1:])
@@ -163,7 +184,7 @@ class StackedExperts(nn.Module):
             h = act(z)
             hidden.append(h)
         inputs.append(h)
-        out = segment_matmul(h, ws[-1], counts, self.biases[-1])
+        out = segment_matmul(h, ws[-1], counts, bs[-1])
         if len(self.injected):
             out = self.injected.add(out, lambda w, b: segment_matmul(h, w, counts, b))
         linear.append(out)
