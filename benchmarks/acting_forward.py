@@ -1,0 +1,137 @@
+"""The rollout's policy call alone, this checkout against a baseline checkout, in one run.
+
+Acting in a ``cw10`` rollout is SB3's ``policy(obs)`` at batch ``n_envs`` = 8 without autograd:
+the authors' network (a 3 × 256 gate, Top-K over E = 10 experts of 3 × 256, K = 2) for the action
+mean, the dense 3 × 256 critic, the Gaussian's sample and log-probability. At that batch the call
+is dispatch-bound (its products are about 0.3 ms of work at this core's matmul rate), so a change
+to its bookkeeping shows here long before it shows in ``task_speed.py``'s task ratio, whose
+parts move by ±5–15% with the neighbours' load.
+
+Two worker processes, one importing this checkout's ``rl_moe`` and one a baseline's
+(``--baseline``, a ``git worktree`` of the older commit), each build the learner as
+``python -m rl_moe.crl --suite cw10 --method topk`` does, collect one rollout (so that routing is
+the trained-from-init routing of real states), and then time ``--calls`` policy calls on those
+states per round, in thread CPU time. Rounds alternate a b b a; the ratio is the median of the
+per-pair ratios. Both workers' actions on the same states and seed are compared bit for bit.
+
+    git worktree add --detach /tmp/rl_moe-base <commit>
+    OMP_NUM_THREADS=1 python benchmarks/acting_forward.py --baseline /tmp/rl_moe-base [--task hammer-v3] [--rounds 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def _worker(task_name: str, calls: int) -> None:
+    """Build the Top-K learner from whichever ``rl_moe`` is first on the path; per ``time`` line on
+    stdin print the thread CPU seconds of ``calls`` policy calls, per ``actions`` line a digest of
+    the sampled actions on fixed states and seed."""
+    import torch
+
+    import rl_moe
+    from rl_moe.continual.agents import begin_task, build_model
+    from rl_moe.continual.resolve import RunRequest, resolve, suite_of
+    from rl_moe.envs.factories import make_vec_env, task_factories
+
+    torch.set_num_threads(1)
+    cfg = resolve(RunRequest(suite="cw10", method="topk", tasks=10, vec_env="dummy", device="cpu", overrides=("ppo.n_steps=64",)))
+    suite = suite_of(cfg)
+    task = next(t for t in suite.tasks if t.name == task_name)
+    env = make_vec_env(task_factories(suite, task, cfg.ppo.n_envs, 0), "dummy")
+    model = build_model(cfg, env, "cpu")
+    begin_task(model, cfg, 0, 0)
+    model.train = lambda: None  # one rollout of real states; the weights stay at their init
+    model.learn(env.num_envs * 64, reset_num_timesteps=False)
+    states = torch.as_tensor(model.rollout_buffer.observations[:, :, :], dtype=torch.float32)  # (T, n_envs, obs)
+    policy = model.policy
+    print(json.dumps({"ready": str(Path(rl_moe.__file__).parent)}), flush=True)
+    for line in sys.stdin:
+        with torch.no_grad():
+            if line.strip() == "actions":
+                torch.manual_seed(0)
+                digest = hashlib.sha256()
+                for obs in states:
+                    digest.update(policy(obs)[0].numpy().tobytes())
+                print(json.dumps({"actions": digest.hexdigest()[:16]}), flush=True)
+                continue
+            t0 = time.thread_time()
+            for i in range(calls):
+                policy(states[i % len(states)])
+            print(json.dumps({"seconds": time.thread_time() - t0}), flush=True)
+
+
+class _Worker:
+    """One worker process on one checkout."""
+
+    def __init__(self, tree: Path, task: str, calls: int) -> None:
+        env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
+        cmd = [sys.executable, str(HERE / "acting_forward.py"), "--worker", "--task", task, "--calls", str(calls)]
+        self.proc = subprocess.Popen(cmd, env=env, cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.package = str(self._read()["ready"])
+
+    def _read(self) -> dict[str, float | str]:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                return json.loads(line)
+        raise RuntimeError(f"worker exited with {self.proc.wait()}")
+
+    def ask(self, what: str) -> float | str:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(what + "\n")
+        self.proc.stdin.flush()
+        return next(iter(self._read().values()))
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--baseline", type=Path, help="a checkout of the commit to compare against (e.g. a git worktree)")
+    p.add_argument("--task", default="hammer-v3")
+    p.add_argument("--rounds", type=int, default=8, help="timed rounds per checkout, alternated a b b a")
+    p.add_argument("--calls", type=int, default=500, help="policy calls per round")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        _worker(args.task, args.calls)
+        return
+    if args.baseline is None or not (args.baseline / "rl_moe" / "__init__.py").is_file():
+        print(f"--baseline must be a checkout with rl_moe/ (got {args.baseline}); e.g. git worktree add --detach /tmp/rl_moe-base <commit>", file=sys.stderr)
+        raise SystemExit(2)
+    commit = {k: subprocess.run(["git", "-C", str(tree), "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip() for k, tree in (("new", ROOT), ("base", args.baseline))}
+    new, base = _Worker(ROOT, args.task, args.calls), _Worker(args.baseline, args.task, args.calls)
+    if new.package == base.package:
+        raise SystemExit(f"--baseline {args.baseline} imports the same rl_moe as this checkout ({new.package})")
+    same = new.ask("actions") == base.ask("actions")
+    seconds: dict[str, list[float]] = {"new": [], "base": []}
+    for r in range(args.rounds):
+        for name in ("new", "base") if r % 2 == 0 else ("base", "new"):
+            seconds[name].append(float((new if name == "new" else base).ask("time")))
+    new.close()
+    base.close()
+    pairs = [n / b for n, b in zip(seconds["new"], seconds["base"])]
+    per_call = {k: statistics.median(v) / args.calls * 1e3 for k, v in seconds.items()}
+    print(f"cw10 {args.task}: Top-K policy call at batch 8, no autograd, 1 thread, {args.rounds} alternated rounds of {args.calls} calls")
+    print(f"  this checkout {commit['new']}: {per_call['new']:.3f} ms per call; baseline {commit['base']}: {per_call['base']:.3f} ms")
+    print(f"  new / baseline: {statistics.median(pairs):.3f} (per-round ratios {min(pairs):.3f}–{max(pairs):.3f})")
+    print(f"  sampled actions on the rollout's states, same seed: {'bit-identical' if same else 'DIFFERENT'}")
+
+
+if __name__ == "__main__":
+    main()
