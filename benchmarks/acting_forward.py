@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+
+sys.path.insert(0, str(HERE))
+from _workers import Worker  # noqa: E402  (a sibling module of this script)
 
 
 def _worker(task_name: str, calls: int) -> None:
@@ -72,34 +74,6 @@ def _worker(task_name: str, calls: int) -> None:
             print(json.dumps({"seconds": time.thread_time() - t0}), flush=True)
 
 
-class _Worker:
-    """One worker process on one checkout."""
-
-    def __init__(self, tree: Path, task: str, calls: int) -> None:
-        env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
-        cmd = [sys.executable, str(HERE / "acting_forward.py"), "--worker", "--task", task, "--calls", str(calls)]
-        self.proc = subprocess.Popen(cmd, env=env, cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.package = str(self._read()["ready"])
-
-    def _read(self) -> dict[str, float | str]:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                return json.loads(line)
-        raise RuntimeError(f"worker exited with {self.proc.wait()}")
-
-    def ask(self, what: str) -> float | str:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(what + "\n")
-        self.proc.stdin.flush()
-        return next(iter(self._read().values()))
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait()
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--baseline", type=Path, help="a checkout of the commit to compare against (e.g. a git worktree)")
@@ -115,14 +89,15 @@ def main() -> None:
         print(f"--baseline must be a checkout with rl_moe/ (got {args.baseline}); e.g. git worktree add --detach /tmp/rl_moe-base <commit>", file=sys.stderr)
         raise SystemExit(2)
     commit = {k: subprocess.run(["git", "-C", str(tree), "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip() for k, tree in (("new", ROOT), ("base", args.baseline))}
-    new, base = _Worker(ROOT, args.task, args.calls), _Worker(args.baseline, args.task, args.calls)
+    worker_args = ["--task", args.task, "--calls", str(args.calls)]
+    new, base = Worker(ROOT, "acting_forward.py", worker_args), Worker(args.baseline, "acting_forward.py", worker_args)
     if new.package == base.package:
         raise SystemExit(f"--baseline {args.baseline} imports the same rl_moe as this checkout ({new.package})")
-    same = new.ask("actions") == base.ask("actions")
+    same = new.ask("actions")["actions"] == base.ask("actions")["actions"]
     seconds: dict[str, list[float]] = {"new": [], "base": []}
     for r in range(args.rounds):
         for name in ("new", "base") if r % 2 == 0 else ("base", "new"):
-            seconds[name].append(float((new if name == "new" else base).ask("time")))
+            seconds[name].append(float((new if name == "new" else base).ask("time")["seconds"]))
     new.close()
     base.close()
     pairs = [n / b for n, b in zip(seconds["new"], seconds["base"])]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PARTS = ("env", "acting", "update")
+
+sys.path.insert(0, str(HERE))
+from _workers import Worker  # noqa: E402  (a sibling module of this script)
 
 
 def _worker(task_name: str, n_steps: int) -> None:
@@ -84,37 +86,10 @@ def _worker(task_name: str, n_steps: int) -> None:
         print(json.dumps({"env": clock["env"], "acting": total - clock["env"] - clock["update"], "update": clock["update"]}), flush=True)
 
 
-class _Worker:
-    """One worker process on one checkout."""
-
-    def __init__(self, tree: Path, task: str, n_steps: int) -> None:
-        env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
-        cmd = [sys.executable, str(HERE / "task_speed.py"), "--worker", "--tasks", task, "--n-steps", str(n_steps)]
-        self.proc = subprocess.Popen(cmd, env=env, cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.package = self._read()["ready"]
-
-    def _read(self) -> dict[str, float | str]:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                return json.loads(line)
-        raise RuntimeError(f"worker exited with {self.proc.wait()}")
-
-    def ask(self, what: str) -> dict:  # type: ignore[type-arg]
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(what + "\n")
-        self.proc.stdin.flush()
-        return self._read()
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait()
-
-
 def _against_baseline(baseline: Path, task: str, rounds: int, n_steps: int) -> tuple[dict[str, float], float]:
     """Medians per part of (new / baseline) over alternated cycles, and the new update's FLOP/s."""
-    new, base = _Worker(ROOT, task, n_steps), _Worker(baseline, task, n_steps)
+    args = ["--tasks", task, "--n-steps", str(n_steps)]
+    new, base = Worker(ROOT, "task_speed.py", args), Worker(baseline, "task_speed.py", args)
     if new.package == base.package:
         raise SystemExit(f"--baseline {baseline} imports the same rl_moe as this checkout ({new.package})")
     samples: dict[str, list[dict[str, float]]] = {"new": [], "base": []}
