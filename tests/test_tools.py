@@ -154,3 +154,42 @@ def test_mutation_table_in_the_docs_is_the_committed_scores() -> None:
     first = mutation_table.rows()[0]
     stale = doc.replace(first, first[: first.rindex("|", 0, -1)] + "| 999 |")  # one survived count edited
     assert mutation_table.replaced(stale) != stale
+
+
+def test_slice_table_in_the_docs_is_the_committed_runs(tmp_path: Path) -> None:
+    """docs/results.md §8's per-run table is the committed slice runs: an edited cell, a run
+    without a CPU on record and a newly collected run are all caught."""
+    from tools import slice_table
+
+    doc = slice_table.DOC.read_text()
+    assert slice_table.replaced(doc) == doc and slice_table.main(["--check"]) == 0
+    _, body = slice_table.rows()
+    complete = [p for p in slice_table.FOLDER.glob("*/results.json") if json.loads(p.read_text())["complete"]]
+    assert len(body) == len(complete) > 0
+    first = body[0]
+    assert first.startswith("| Top-K seed 0 | ") and first.count("|") == 6
+    stale = doc.replace(first, first.replace("| 1.00 (", "| 0.80 (", 1))
+    assert stale != doc and slice_table.replaced(stale) != stale
+
+    # a copy of the folder: one run's held-out file gone, another's CPU unknown
+    folder = tmp_path / "slice"
+    shutil.copytree(slice_table.FOLDER, folder, ignore=shutil.ignore_patterns("report", "tb"))
+    run = sorted(p.parent for p in complete)[0].name
+    (folder / run / "positions-25.json").unlink()
+    res = json.loads((folder / run / "results.json").read_text())
+    row = next(r for r in slice_table.rows(folder)[1] if r.startswith(f"| {slice_table.METHODS[res['method']]} seed {res['seed']} |"))
+    assert "(" not in row and row.count(f"{res['own_success'][0]:.2f}") >= 1
+    machines = json.loads((folder / "machines.json").read_text())
+    del machines[run]
+    (folder / "machines.json").write_text(json.dumps(machines))
+    with pytest.raises(slice_table.TableError, match=run):
+        slice_table.rows(folder)
+    # a CPU in the provenance wins over machines.json and gets its short name
+    res["provenance"] = [{**p, "cpu": "AMD EPYC 9B14 (AuthenticAMD family 25 model 17)"} for p in res["provenance"]]
+    (folder / run / "results.json").write_text(json.dumps(res))
+    mine = [r for r in slice_table.rows(folder)[1] if r.startswith(f"| {slice_table.METHODS[res['method']]} seed {res['seed']} |")]
+    assert len(mine) == 1 and mine[0].endswith("| AMD EPYC |")
+    res["provenance"][0]["cpu"] = "Intel(R) Xeon(R) Processor (GenuineIntel family 6 model 207)"  # one run, two CPUs
+    (folder / run / "results.json").write_text(json.dumps(res))
+    with pytest.raises(slice_table.TableError, match="more than one CPU"):
+        slice_table.rows(folder)
