@@ -16,6 +16,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from tools._doc_tables import check_or_write
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "contributing.md"
 HEADER = "| module | command's tests | mutants | killed | survived |\n|---|---|---:|---:|---:|\n"
@@ -55,13 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = p.parse_args(argv)
     doc = DOC.read_text()
     new = replaced(doc)
-    if opts.check:
-        if new != doc:
-            print("docs/contributing.md's mutation table differs from results/mutation; run python -m tools.mutation_table", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(new)
-    return 0
+    return check_or_write(DOC, doc, new, opts.check, "docs/contributing.md's mutation table", "python -m tools.mutation_table")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ import json
 import sys
 from pathlib import Path
 
+from tools._doc_tables import check_or_write
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "results.md"
 FOLDER = ROOT / "results" / "slice-authors"
@@ -102,13 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     except TableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if opts.check:
-        if new != doc:
-            print("docs/results.md's §8 run table differs from results/slice-authors; run python -m tools.slice_table", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(new)
-    return 0
+    return check_or_write(DOC, doc, new, opts.check, "docs/results.md's §8 run table", "python -m tools.slice_table")
 
 
 if __name__ == "__main__":
