@@ -174,7 +174,7 @@ def test_slice_table_in_the_docs_is_the_committed_runs(tmp_path: Path) -> None:
     # a copy of the folder: one run's held-out file gone, another's CPU unknown
     folder = tmp_path / "slice"
     shutil.copytree(slice_table.FOLDER, folder, ignore=shutil.ignore_patterns("report", "tb"))
-    run = sorted(p.parent for p in complete)[0].name
+    run = min(p.parent for p in complete).name
     (folder / run / "positions-25.json").unlink()
     res = json.loads((folder / run / "results.json").read_text())
     row = next(r for r in slice_table.rows(folder)[1] if r.startswith(f"| {slice_table.METHODS[res['method']]} seed {res['seed']} |"))
@@ -193,3 +193,44 @@ def test_slice_table_in_the_docs_is_the_committed_runs(tmp_path: Path) -> None:
     (folder / run / "results.json").write_text(json.dumps(res))
     with pytest.raises(slice_table.TableError, match="more than one CPU"):
         slice_table.rows(folder)
+
+
+def test_answer_table_is_the_decision_and_the_readings(tmp_path: Path) -> None:
+    """The answer table's numbers are slice_decision's and the readings' on the same runs; a
+    changed score moves them; a doc's copy is found and replaced, and a doc without one is left be."""
+    from rl_moe.report.stats import iqm
+    from tools import answer_table
+    from tools.slice_decision import decide
+
+    folder = tmp_path / "slice"
+    shutil.copytree(answer_table.FOLDER, folder, ignore=shutil.ignore_patterns("report", "tb"))
+    runs = {m: sorted((json.loads(p.read_text()) for p in folder.glob(f"ppo-{m}-crl-s*/results.json")), key=lambda r: r["seed"]) for m in ("topk", "sphere")}
+    runs = {m: [r for r in rs if r["complete"]] for m, rs in runs.items()}
+    own = {m: np.array([r["own_success"] for r in rs]) for m, rs in runs.items()}
+    authors = {m: np.array([[np.mean(e["success_last"][:2]) for e in r["own_per_env"]] for r in rs]) for m, rs in runs.items()}
+    lines = answer_table.rows(folder)
+    assert [ln.split(" | ")[0] for ln in lines] == ["| Top-K", "| SPHERE (paper's rule)"]
+    topk, sphere = (ln.strip("| ").split(" | ") for ln in lines)
+    assert topk[1] == str(len(own["topk"])) and sphere[1] == str(len(own["sphere"]))
+    for cells, m in ((topk, "topk"), (sphere, "sphere")):
+        avg = own[m].mean(axis=1)
+        assert cells[2] == f"{avg.mean():.2f} ± {avg.std():.2f}"
+        avg = authors[m].mean(axis=1)
+        assert cells[3] == f"{avg.mean():.2f} ± {avg.std():.2f}"
+    d = decide(own["sphere"], own["topk"], sims=1)
+    assert sphere[5] == f"{d.difference:.2f} [{d.ci[0]:.2f}, {d.ci[1]:.2f}]"
+    assert abs(float(sphere[6].split(" [")[0]) - (iqm(authors["sphere"]) - iqm(authors["topk"]))) < 0.005
+    assert 0 < float(sphere[7]) <= 1
+
+    # SPHERE seed 0 fails every task: the difference falls
+    path = folder / "ppo-sphere-crl-s0" / "results.json"
+    res = json.loads(path.read_text())
+    res["own_success"] = [0.0] * len(res["own_success"])
+    path.write_text(json.dumps(res))
+    assert float(answer_table.rows(folder)[1].strip("| ").split(" | ")[5].split(" [")[0]) < d.difference
+
+    doc = "text\n\n" + answer_table.HEADER + "| old | row |\n\nmore\n"
+    new = answer_table.replaced(doc, answer_table.table(folder))
+    assert new is not None and "| old | row |" not in new and new.endswith("\n\nmore\n") and new.count("| Top-K |") == 1
+    assert answer_table.replaced("no table here\n", answer_table.table(folder)) is None
+    assert answer_table.main(["--check"]) == 0

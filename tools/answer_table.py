@@ -1,0 +1,150 @@
+"""The slice's answer in one table, for README's "The answer so far" and docs/results.md's top:
+each method's own-segment success under both readings and held out, and its difference to Top-K.
+
+    python -m tools.answer_table                 # print the table (complete runs of results/slice-authors)
+    python -m tools.answer_table --write         # rewrite it where README.md and docs/results.md hold it
+    python -m tools.answer_table --check         # exit 1 where a doc's copy differs from the data
+
+Columns, over each method's complete runs (docs/results.md, "Definitions and statistics"):
+
+- **ours** and **authors'**: the task average of own-segment success, mean ± std over seeds (ddof
+  0). Ours is success at any step on the training positions (``own_success``), the statistic of
+  §8's decision rule; the authors' is the last step on training envs 0 and 1
+  (:mod:`rl_moe.report.readings`).
+- **held out**: the same on 25 held-out positions (``positions-25.json``).
+- **IQM − Top-K [95% CI]** under each of the two readings: the IQM over run × task cells, the CI
+  from resampling each method's runs per task (20,000 replicas, as the decision reads it).
+- **perm. p**: whole runs exchanged between the method and Top-K, under our reading.
+
+A doc holds the table from its header line to the next blank line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from rl_moe.report.loading import ReportError, Run, load_runs
+from rl_moe.report.readings import run_readings
+from rl_moe.report.stats import (
+    VERDICT_REPS,
+    fmt,
+    fmt_ms,
+    iqm_difference_ci,
+    mean_std,
+    permutation_p,
+)
+from rl_moe.report.tables import contexts
+from tools._doc_tables import check_or_write
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDER = ROOT / "results" / "slice-authors"
+DOCS = (ROOT / "README.md", ROOT / "docs" / "results.md")
+BASELINE = "topk"
+#: Row order and labels; a method not named here follows under its own name.
+LABELS = {"topk": "Top-K", "sphere": "SPHERE (paper's rule)", "ln": "LN"}
+HEADER = (
+    "| method | seeds | ours: any step | authors': last step, envs 0–1 | held out (25 positions) "
+    "| IQM − Top-K, ours [95% CI] | IQM − Top-K, authors' [95% CI] | perm. p, ours |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|\n"
+)
+
+
+class AnswerError(ValueError):
+    """The folder cannot give the table (no CRL runs, no baseline, a reading missing)."""
+
+
+def _complete(runs: Sequence[Run]) -> list[Run]:
+    return sorted((r for r in runs if all(math.isfinite(v) for v in r.own)), key=lambda r: r.seed)
+
+
+def _scores(runs: Sequence[Run]) -> dict[str, np.ndarray]:
+    """(runs, tasks) matrices per reading: ``ours``, ``authors`` and ``heldout``."""
+    readings = [run_readings(r) for r in runs]
+    return {
+        "ours": np.array([x.any_step for x in readings], dtype=float),
+        "authors": np.array([x.authors for x in readings], dtype=float),
+        "heldout": np.array([x.heldout for x in readings], dtype=float),
+    }
+
+
+def _mean_std(scores: np.ndarray) -> str:
+    if not np.isfinite(scores).all():
+        return "—"
+    return fmt_ms(mean_std(scores.mean(axis=1)))
+
+
+def _difference(x: np.ndarray, y: np.ndarray) -> str:
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        return "—"
+    d = iqm_difference_ci(x, y, reps=VERDICT_REPS)
+    return f"{fmt(d.value)} [{fmt(d.low)}, {fmt(d.high)}]"
+
+
+def rows(folder: Path = FOLDER) -> list[str]:
+    """One table row per method with complete CRL runs, Top-K first."""
+    try:
+        ctx = contexts(load_runs([folder]))[0]
+    except (ReportError, IndexError) as exc:
+        raise AnswerError(f"{folder}: {exc or 'no runs'}") from exc
+    crl = {m: runs for m, runs in ctx.runs.get("crl", {}).items() if _complete(runs)}
+    if BASELINE not in crl:
+        raise AnswerError(f"{folder}: no complete {BASELINE} runs; methods found: {', '.join(sorted(crl)) or 'none'}")
+    order = sorted(crl, key=lambda m: (list(LABELS).index(m) if m in LABELS else len(LABELS), m))
+    base = _scores(_complete(crl[BASELINE]))
+    out = []
+    for m in order:
+        runs = _complete(crl[m])
+        s = _scores(runs)
+        if m == BASELINE:
+            diffs = ("—", "—", "—")
+        else:
+            diffs = (_difference(s["ours"], base["ours"]), _difference(s["authors"], base["authors"]), fmt(permutation_p(s["ours"], base["ours"])))
+        cells = (LABELS.get(m, m), str(len(runs)), _mean_std(s["ours"]), _mean_std(s["authors"]), _mean_std(s["heldout"]), *diffs)
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def table(folder: Path = FOLDER) -> str:
+    return HEADER + "\n".join(rows(folder))
+
+
+def replaced(doc: str, new_table: str) -> str | None:
+    """``doc`` with its answer table replaced by ``new_table``; None where it holds none."""
+    start = doc.find(HEADER)
+    if start < 0:
+        return None
+    end = doc.find("\n\n", start)
+    return doc[:start] + new_table + (doc[end:] if end >= 0 else "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite the table in README.md and docs/results.md where they hold it")
+    mode.add_argument("--check", action="store_true", help="only compare; exit 1 where a doc's copy differs from the data")
+    opts = p.parse_args(argv)
+    try:
+        new_table = table()
+    except AnswerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not (opts.write or opts.check):
+        print(new_table)
+        return 0
+    rc = 0
+    for doc in DOCS:
+        old = doc.read_text()
+        new = replaced(old, new_table)
+        if new is not None:
+            rc = max(rc, check_or_write(doc, old, new, opts.check, f"{doc.name}'s answer table", "python -m tools.answer_table --write"))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
