@@ -114,13 +114,13 @@ def test_slice_decision_applies_the_rule_of_results_section_8() -> None:
     ones, zeros = np.ones((5, 3)), np.zeros((5, 3))
     assert decide(ones[:4], zeros).verdict == "observation"  # 4 seeds decide nothing
     d = decide(ones, zeros, sims=20)
-    assert (d.verdict, d.look, d.difference, d.ci, d.power) == ("reproduces", 5, 1.0, (1.0, 1.0), None)
+    assert (d.verdict, d.look, d.difference, d.ci, d.power) == ("reproduces", 5, 1.0, (1.0, 1.0), 1.0)  # no spread: always fires
     # the lowest seeds make the look: a sixth run does not enter the 5-seed look
     assert decide(np.vstack([ones, zeros[:1]]), np.vstack([zeros, ones[:1]]), sims=20).runs == (5, 5)
     # a gain of at least 0.2 whose CI includes 0: more seeds at the first look, none after the last
     x, y = np.repeat([1.0, 1.0, 1.0, 0.0, 0.0], 3).reshape(5, 3), np.repeat([1.0, 1.0, 0.0, 0.0, 0.0], 3).reshape(5, 3)
     d = decide(x, y, sims=20)
-    assert d.difference >= 0.2 and d.ci[0] <= 0 and d.verdict == f"grow to {LOOKS[-1]} seeds" and d.power is None
+    assert d.difference >= 0.2 and d.ci[0] <= 0 and d.verdict == f"grow to {LOOKS[-1]} seeds" and 0 < d.power < 1
     x10, y10 = np.repeat([1.0] * 5 + [0.0] * 5, 3).reshape(10, 3), np.repeat([1.0] * 3 + [0.0] * 7, 3).reshape(10, 3)
     d = decide(x10, y10, sims=50)
     assert d.look == 10 and d.difference >= 0.2 and d.ci[0] <= 0 and d.verdict == "did not reproduce" and 0 <= d.power <= 1
