@@ -40,13 +40,13 @@ from rl_moe.report.stats import (
     permutation_p,
 )
 from rl_moe.report.tables import contexts
-from tools._doc_tables import check_or_write
+from tools._doc_tables import check_or_write, replaced_table
+from tools.slice_table import FOLDER, method_key
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDER = ROOT / "results" / "slice-authors"
 DOCS = (ROOT / "README.md", ROOT / "docs" / "results.md")
 BASELINE = "topk"
-#: Row order and labels; a method not named here follows under its own name.
+#: Labels (the rows follow tools.slice_table's method order); a method not named here keeps its own name.
 LABELS = {"topk": "Top-K", "sphere": "SPHERE (paper's rule)", "ln": "LN"}
 HEADER = (
     "| method | seeds | ours: any step | authors': last step, envs 0–1 | held out (25 positions) "
@@ -95,12 +95,12 @@ def rows(folder: Path = FOLDER) -> list[str]:
     crl = {m: runs for m, runs in ctx.runs.get("crl", {}).items() if _complete(runs)}
     if BASELINE not in crl:
         raise AnswerError(f"{folder}: no complete {BASELINE} runs; methods found: {', '.join(sorted(crl)) or 'none'}")
-    order = sorted(crl, key=lambda m: (list(LABELS).index(m) if m in LABELS else len(LABELS), m))
-    base = _scores(_complete(crl[BASELINE]))
+    complete = {m: _complete(runs) for m, runs in crl.items()}
+    scores = {m: _scores(runs) for m, runs in complete.items()}
+    base = scores[BASELINE]
     out = []
-    for m in order:
-        runs = _complete(crl[m])
-        s = _scores(runs)
+    for m in sorted(crl, key=method_key):
+        runs, s = complete[m], scores[m]
         if m == BASELINE:
             diffs = ("—", "—", "—")
         else:
@@ -116,11 +116,7 @@ def table(folder: Path = FOLDER) -> str:
 
 def replaced(doc: str, new_table: str) -> str | None:
     """``doc`` with its answer table replaced by ``new_table``; None where it holds none."""
-    start = doc.find(HEADER)
-    if start < 0:
-        return None
-    end = doc.find("\n\n", start)
-    return doc[:start] + new_table + (doc[end:] if end >= 0 else "\n")
+    return replaced_table(doc, HEADER, new_table)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from tools._doc_tables import check_or_write
+from tools._doc_tables import check_or_write, replaced_table
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "contributing.md"
@@ -46,9 +46,10 @@ def table() -> str:
 
 def replaced(doc: str) -> str:
     """``doc`` with its mutation table (from the header to the next blank line) replaced."""
-    start = doc.index(HEADER)
-    end = doc.index("\n\n", start)
-    return doc[:start] + table() + doc[end:]
+    new = replaced_table(doc, HEADER, table())
+    if new is None:
+        raise ValueError(f"{DOC} holds no mutation table (its header: {HEADER.splitlines()[0]})")
+    return new
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from tools._doc_tables import check_or_write
+from tools._doc_tables import check_or_write, replaced_table
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "results.md"
@@ -27,6 +27,12 @@ FOLDER = ROOT / "results" / "slice-authors"
 METHODS = {"topk": "Top-K", "sphere": "SPHERE", "ln": "LN"}
 #: Short names of the CPU models the provenance records (its ``cpu`` field), by a substring.
 CPU_LABELS = {"AMD EPYC": "AMD EPYC", "Xeon": "Intel Xeon"}
+
+
+def method_key(method: str) -> tuple[int, str]:
+    """Sort key of a method: the slice's methods in :data:`METHODS`' order, then any other by name."""
+    order = list(METHODS)
+    return (order.index(method) if method in order else len(order), method)
 
 
 class TableError(ValueError):
@@ -54,8 +60,7 @@ def _runs(folder: Path) -> list[tuple[Path, dict]]:
         res = json.loads(path.read_text())
         if res.get("complete"):
             out.append((path.parent, res))
-    order = list(METHODS)
-    return sorted(out, key=lambda r: (order.index(r[1]["method"]) if r[1]["method"] in order else len(order), r[1]["method"], r[1]["seed"]))
+    return sorted(out, key=lambda r: (*method_key(r[1]["method"]), r[1]["seed"]))
 
 
 def header(tasks: list[str]) -> str:
@@ -88,10 +93,11 @@ def table(folder: Path = FOLDER) -> str:
 
 def replaced(doc: str, folder: Path = FOLDER) -> str:
     """``doc`` with the per-run table (from its header to the next blank line) replaced."""
-    tasks, _ = rows(folder)
-    start = doc.index(header(tasks))
-    end = doc.index("\n\n", start)
-    return doc[:start] + table(folder) + doc[end:]
+    tasks, body = rows(folder)
+    new = replaced_table(doc, header(tasks), header(tasks) + "\n".join(body))
+    if new is None:
+        raise TableError(f"the document holds no per-run table (its header: {header(tasks).splitlines()[0]})")
+    return new
 
 
 def main(argv: list[str] | None = None) -> int:
