@@ -234,3 +234,35 @@ def test_answer_table_is_the_decision_and_the_readings(tmp_path: Path) -> None:
     assert new is not None and "| old | row |" not in new and new.endswith("\n\nmore\n") and new.count("| Top-K |") == 1
     assert answer_table.replaced("no table here\n", answer_table.table(folder)) is None
     assert answer_table.main(["--check"]) == 0
+
+
+def test_answer_per_task_table_is_the_runs_and_table_14(tmp_path: Path) -> None:
+    """Each method's per-task row is the mean ± std of its runs' own_success; the paper's rows are
+    Table 14's, whose three-task averages are the issue's 0.45 (Top-K) and 0.89 (SPHERE)."""
+    from tools import answer_table
+
+    folder = tmp_path / "slice"
+    shutil.copytree(answer_table.FOLDER, folder, ignore=shutil.ignore_patterns("report", "tb"))
+    lines = answer_table.per_task_rows(folder)
+    cells = {ln.strip("| ").split(" | ")[0]: ln.strip("| ").split(" | ")[1:] for ln in lines}
+    assert list(cells)[:4] == ["Top-K", "Top-K, the paper's Table 14", "SPHERE (paper's rule)", "SPHERE, the paper's Table 14"]
+    for label, m in (("Top-K", "topk"), ("SPHERE (paper's rule)", "sphere")):
+        own = np.array([r["own_success"] for r in (json.loads(p.read_text()) for p in folder.glob(f"ppo-{m}-crl-s*/results.json")) if r["complete"]])
+        assert cells[label][0] == str(len(own))
+        assert cells[label][1:4] == [f"{a:.2f} ± {b:.2f}" for a, b in zip(own.mean(axis=0), own.std(axis=0))]
+        assert cells[label][4] == f"{own.mean(axis=1).mean():.2f} ± {own.mean(axis=1).std():.2f}"
+    assert cells["Top-K, the paper's Table 14"] == ["5", "0.98 ± 0.04", "0.00 ± 0.00", "0.38 ± 0.47", "0.45"]
+    assert cells["SPHERE, the paper's Table 14"] == ["5", "0.98 ± 0.04", "0.70 ± 0.25", "1.00 ± 0.00", "0.89"]
+
+    # one run's push-wall flips to success: Top-K's push-wall mean moves off 0
+    path = folder / "ppo-topk-crl-s0" / "results.json"
+    res = json.loads(path.read_text())
+    res["own_success"][1] = 1.0
+    path.write_text(json.dumps(res))
+    assert answer_table.per_task_rows(folder)[0].split(" | ")[3] != cells["Top-K"][2]
+
+    # a doc holding both tables gets both rewritten, the text around them kept
+    doc = "a\n\n" + answer_table.HEADER + "| old |\n\nb\n\n" + answer_table.PER_TASK_HEADER + "| old |\n\nc\n"
+    new = answer_table.replaced(doc, answer_table.table(folder))
+    new = answer_table.replaced(new, answer_table.per_task_table(folder), answer_table.PER_TASK_HEADER)
+    assert "| old |" not in new and new.startswith("a\n\n") and "\n\nb\n\n" in new and new.endswith("\n\nc\n")

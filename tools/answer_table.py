@@ -1,8 +1,9 @@
 """The slice's answer in one table, for README's "The answer so far" and docs/results.md's top:
-each method's own-segment success under both readings and held out, and its difference to Top-K.
+each method's own-segment success under both readings and held out, and its difference to Top-K;
+and beside it, per task, each method's success against the paper's Table 14 rows.
 
-    python -m tools.answer_table                 # print the table (complete runs of results/slice-authors)
-    python -m tools.answer_table --write         # rewrite it where README.md and docs/results.md hold it
+    python -m tools.answer_table                 # print both tables (complete runs of results/slice-authors)
+    python -m tools.answer_table --write         # rewrite them where README.md and docs/results.md hold them
     python -m tools.answer_table --check         # exit 1 where a doc's copy differs from the data
 
 Columns, over each method's complete runs (docs/results.md, "Definitions and statistics"):
@@ -16,7 +17,11 @@ Columns, over each method's complete runs (docs/results.md, "Definitions and sta
   from resampling each method's runs per task (20,000 replicas, as the decision reads it).
 - **perm. p**: whole runs exchanged between the method and Top-K, under our reading.
 
-A doc holds the table from its header line to the next blank line.
+The per-task table gives our reading per task (mean ± std over seeds) and the task average, each
+method followed by its row of the paper's Table 14 (5 seeds; the paper gives no std for an average
+over these three tasks alone, so its average is the mean of its three task means).
+
+A doc holds each table from its header line to the next blank line.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from rl_moe.report.loading import ReportError, Run, load_runs
+from rl_moe.report.paper import paper_cells
 from rl_moe.report.readings import run_readings
 from rl_moe.report.stats import (
     VERDICT_REPS,
@@ -41,7 +47,7 @@ from rl_moe.report.stats import (
 )
 from rl_moe.report.tables import contexts
 from tools._doc_tables import check_or_write, replaced_table
-from tools.slice_table import FOLDER, method_key
+from tools.slice_table import FOLDER, METHODS, method_key
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = (ROOT / "README.md", ROOT / "docs" / "results.md")
@@ -53,6 +59,14 @@ HEADER = (
     "| IQM − Top-K, ours [95% CI] | IQM − Top-K, authors' [95% CI] | perm. p, ours |\n"
     "|---|---:|---:|---:|---:|---:|---:|---:|\n"
 )
+
+
+#: The per-task table's header: fixed, whatever methods the folder holds, so that --write finds it.
+PER_TASK_HEADER = (
+    "| method | seeds | hammer | push-wall | faucet-close | average |\n"
+    "|---|---:|---:|---:|---:|---:|\n"
+)
+TASKS = ("hammer-v3", "push-wall-v3", "faucet-close-v3")
 
 
 class AnswerError(ValueError):
@@ -86,21 +100,29 @@ def _difference(x: np.ndarray, y: np.ndarray) -> str:
     return f"{fmt(d.value)} [{fmt(d.low)}, {fmt(d.high)}]"
 
 
-def rows(folder: Path = FOLDER) -> list[str]:
-    """One table row per method with complete CRL runs, Top-K first."""
+def _complete_runs(folder: Path) -> dict[str, list[Run]]:
+    """Each method's complete CRL runs, by seed, methods in the slice's order, Top-K among them."""
     try:
         ctx = contexts(load_runs([folder]))[0]
     except (ReportError, IndexError) as exc:
         raise AnswerError(f"{folder}: {exc or 'no runs'}") from exc
-    crl = {m: runs for m, runs in ctx.runs.get("crl", {}).items() if _complete(runs)}
+    crl = {m: _complete(runs) for m, runs in ctx.runs.get("crl", {}).items()}
+    crl = {m: runs for m, runs in crl.items() if runs}
     if BASELINE not in crl:
         raise AnswerError(f"{folder}: no complete {BASELINE} runs; methods found: {', '.join(sorted(crl)) or 'none'}")
-    complete = {m: _complete(runs) for m, runs in crl.items()}
+    if any(r.tasks != TASKS for runs in crl.values() for r in runs):
+        raise AnswerError(f"{folder}: a run's tasks are not the slice's {', '.join(TASKS)}")
+    return {m: crl[m] for m in sorted(crl, key=method_key)}
+
+
+def rows(folder: Path = FOLDER) -> list[str]:
+    """One table row per method with complete CRL runs, Top-K first."""
+    complete = _complete_runs(folder)
     scores = {m: _scores(runs) for m, runs in complete.items()}
     base = scores[BASELINE]
     out = []
-    for m in sorted(crl, key=method_key):
-        runs, s = complete[m], scores[m]
+    for m, runs in complete.items():
+        s = scores[m]
         if m == BASELINE:
             diffs = ("—", "—", "—")
         else:
@@ -114,9 +136,29 @@ def table(folder: Path = FOLDER) -> str:
     return HEADER + "\n".join(rows(folder))
 
 
-def replaced(doc: str, new_table: str) -> str | None:
-    """``doc`` with its answer table replaced by ``new_table``; None where it holds none."""
-    return replaced_table(doc, HEADER, new_table)
+def per_task_rows(folder: Path = FOLDER) -> list[str]:
+    """Per method: our reading per task and averaged over them, then the paper's Table 14 row."""
+    out = []
+    for m, runs in _complete_runs(folder).items():
+        ours = _scores(runs)["ours"]
+        cells = [fmt_ms(mean_std(ours[:, t])) for t in range(len(TASKS))]
+        out.append(f"| {LABELS.get(m, m)} | {len(runs)} | " + " | ".join(cells) + f" | {_mean_std(ours)} |")
+        paper = paper_cells("crl", m, TASKS)
+        if paper is not None:
+            tasks = paper[: len(TASKS)]
+            average = fmt(float(np.mean([c.mean for c in tasks])))
+            out.append(f"| {METHODS.get(m, m)}, the paper's Table 14 | {tasks[0].n} | " + " | ".join(fmt_ms(c) for c in tasks) + f" | {average} |")
+    return out
+
+
+def per_task_table(folder: Path = FOLDER) -> str:
+    return PER_TASK_HEADER + "\n".join(per_task_rows(folder))
+
+
+def replaced(doc: str, new_table: str, header: str = HEADER) -> str | None:
+    """``doc`` with its table that starts at ``header`` replaced by ``new_table``; None where it
+    holds none."""
+    return replaced_table(doc, header, new_table)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,19 +168,20 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--check", action="store_true", help="only compare; exit 1 where a doc's copy differs from the data")
     opts = p.parse_args(argv)
     try:
-        new_table = table()
+        tables = {HEADER: table(), PER_TASK_HEADER: per_task_table()}
     except AnswerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if not (opts.write or opts.check):
-        print(new_table)
+        print("\n\n".join(tables.values()))
         return 0
     rc = 0
     for doc in DOCS:
-        old = doc.read_text()
-        new = replaced(old, new_table)
-        if new is not None:
-            rc = max(rc, check_or_write(doc, old, new, opts.check, f"{doc.name}'s answer table", "python -m tools.answer_table --write"))
+        old = new = doc.read_text()
+        for header, new_table in tables.items():
+            new = replaced(new, new_table, header) or new
+        if new != old or opts.check:
+            rc = max(rc, check_or_write(doc, old, new, opts.check, f"{doc.name}'s answer tables", "python -m tools.answer_table --write"))
     return rc
 
 
