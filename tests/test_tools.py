@@ -127,6 +127,11 @@ def test_slice_decision_applies_the_rule_of_results_section_8() -> None:
     # no gain: the power is the rule's at the paper's difference; without spread it always fires
     d = decide(np.full((5, 3), 0.5), np.full((5, 3), 0.5), sims=20)
     assert (d.verdict, d.difference, d.power) == ("did not reproduce", 0.0, 1.0)
+    assert d.false_firing == 0.0  # equal runs without spread: never a gain
+    # all-or-nothing runs pooled: equal methods still draw unequal studies now and then, but far
+    # less often than the rule finds the paper's gain
+    d = decide(ones, zeros, sims=200)
+    assert d.false_firing is not None and 0 < d.false_firing < 0.5 < d.power
 
 
 def test_slice_decision_cli_on_the_committed_slice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -137,7 +142,9 @@ def test_slice_decision_cli_on_the_committed_slice(tmp_path: Path, capsys: pytes
     got = json.loads(out.read_text())
     assert got["method"] == "sphere" and got["runs"][0] >= 1 and got["runs"][1] >= 1
     if min(got["runs"]) < 5:
-        assert got["verdict"] == "observation" and got["look"] is None
+        assert got["verdict"] == "observation" and got["look"] is None and got["false_firing"] is None
+    else:
+        assert got["look"] == 5 and 0 <= got["false_firing"] <= 1 and 0 <= got["power"] <= 1
     with pytest.raises(SystemExit) as exc:
         slice_decision.main([str(RESULTS / "slice-authors"), "--method", "nosuch"])
     assert exc.value.code == 2 and "valid choices" in capsys.readouterr().err
@@ -228,6 +235,13 @@ def test_answer_table_is_the_decision_and_the_readings(tmp_path: Path) -> None:
     res["own_success"] = [0.0] * len(res["own_success"])
     path.write_text(json.dumps(res))
     assert float(answer_table.rows(folder)[1].strip("| ").split(" | ")[5].split(" [")[0]) < d.difference
+
+    # every SPHERE run fails every task: the difference turns negative, written with a minus sign
+    for path in folder.glob("ppo-sphere-crl-s*/results.json"):
+        res = json.loads(path.read_text())
+        res["own_success"] = [0.0] * len(res["own_success"])
+        path.write_text(json.dumps(res))
+    assert answer_table.rows(folder)[1].split(" | ")[5].startswith("\u2212")
 
     doc = "text\n\n" + answer_table.HEADER + "| old | row |\n\nmore\n"
     new = answer_table.replaced(doc, answer_table.table(folder))

@@ -97,7 +97,8 @@ def _difference(x: np.ndarray, y: np.ndarray) -> str:
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         return "—"
     d = iqm_difference_ci(x, y, reps=VERDICT_REPS)
-    return f"{fmt(d.value)} [{fmt(d.low)}, {fmt(d.high)}]"
+    # the docs' prose writes negatives with a minus sign, not a hyphen
+    return f"{fmt(d.value)} [{fmt(d.low)}, {fmt(d.high)}]".replace("-", "\u2212")
 
 
 def _complete_runs(folder: Path) -> dict[str, list[Run]]:

@@ -16,7 +16,9 @@ for more; a look takes each method's lowest seeds.
 
 At every look the rule's power at the observed spread (as in 3) is printed too, whatever the
 verdict, so that a "reproduces" states how often the rule would have fired had the paper's
-difference been the truth. Fewer than 5 complete seeds on either side decide nothing: the values
+difference been the truth. Beside it, the rule's false-firing rate: how often rule 1 fires in
+simulated studies of the look's size whose two methods are both drawn from the pooled runs of the
+two (equal methods at the observed spread). Fewer than 5 complete seeds on either side decide nothing: the values
 are printed as an observation.
 Reads only ``results.json`` (complete runs), through the report's loader.
 """
@@ -55,6 +57,7 @@ class Decision:
     difference: float
     ci: tuple[float, float]
     power: float | None  # the rule's power at the observed spread (rule 3's); None for an observation
+    false_firing: float | None  # how often rule 1 fires between equal methods (runs pooled); None for an observation
 
 
 def decide(x: np.ndarray, y: np.ndarray, sims: int = SEPARATION_SIMS, seed: int = 0) -> Decision:
@@ -67,9 +70,11 @@ def decide(x: np.ndarray, y: np.ndarray, sims: int = SEPARATION_SIMS, seed: int 
     d = iqm_difference_ci(x, y, reps=VERDICT_REPS, seed=seed)
     values = dict(look=look, runs=(len(x), len(y)), iqm=(float(iqm(x)), float(iqm(y))), difference=d.value, ci=(d.low, d.high))
     if look is None:
-        return Decision("observation", power=None, **values)  # type: ignore[arg-type]
+        return Decision("observation", power=None, false_firing=None, **values)  # type: ignore[arg-type]
     shifted = x + (PAPER_DIFFERENCE - (iqm(x) - iqm(y)))
     power = power_to_separate(shifted, y, look, sims=sims, seed=seed, min_difference=MIN_GAIN)
+    pooled = np.vstack([x, y])
+    false_firing = power_to_separate(pooled, pooled, look, sims=sims, seed=seed, min_difference=MIN_GAIN)
     gain = d.value >= MIN_GAIN - TIE_TOLERANCE
     if gain and d.low > 0:
         verdict = "reproduces"
@@ -77,7 +82,7 @@ def decide(x: np.ndarray, y: np.ndarray, sims: int = SEPARATION_SIMS, seed: int 
         verdict = f"grow to {LOOKS[-1]} seeds"
     else:
         verdict = "did not reproduce"
-    return Decision(verdict, power=power, **values)  # type: ignore[arg-type]
+    return Decision(verdict, power=power, false_firing=false_firing, **values)  # type: ignore[arg-type]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         line += (f"; the rule's power at the observed spread (how often it finds a gain when the true difference is {PAPER_DIFFERENCE}):"
                  f" {d.power:.2f} ({args.sims} simulated {d.look}-seed studies)")
     print(line)
+    if d.false_firing is not None:
+        print(f"  between equal methods (both methods' runs pooled) the rule fires in {d.false_firing:.2f} of {args.sims} simulated studies")
     if args.json is not None:
         args.json.write_text(json.dumps({"method": args.method, "baseline": args.baseline, **asdict(d)}, indent=1) + "\n")
     return 0
