@@ -275,6 +275,9 @@ def test_answer_per_task_table_is_the_runs_and_table_14(tmp_path: Path) -> None:
     path.write_text(json.dumps(res))
     assert answer_table.per_task_rows(folder)[0].split(" | ")[3] != cells["Top-K"][2]
 
+    # main's one read of the runs gives the same two tables
+    assert answer_table.tables(folder) == {answer_table.HEADER: answer_table.table(folder), answer_table.PER_TASK_HEADER: answer_table.per_task_table(folder)}
+
     # a doc holding both tables gets both rewritten, the text around them kept
     doc = "a\n\n" + answer_table.HEADER + "| old |\n\nb\n\n" + answer_table.PER_TASK_HEADER + "| old |\n\nc\n"
     new = answer_table.replaced(doc, answer_table.table(folder))

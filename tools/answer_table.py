@@ -116,14 +116,18 @@ def _complete_runs(folder: Path) -> dict[str, list[Run]]:
     return {m: crl[m] for m in sorted(crl, key=method_key)}
 
 
-def rows(folder: Path = FOLDER) -> list[str]:
-    """One table row per method with complete CRL runs, Top-K first."""
-    complete = _complete_runs(folder)
-    scores = {m: _scores(runs) for m, runs in complete.items()}
-    base = scores[BASELINE]
+#: Each method's complete runs and their (runs, tasks) scores per reading, in the slice's order.
+Scored = dict[str, tuple[list[Run], dict[str, np.ndarray]]]
+
+
+def _scored(folder: Path) -> Scored:
+    return {m: (runs, _scores(runs)) for m, runs in _complete_runs(folder).items()}
+
+
+def _rows(scored: Scored) -> list[str]:
+    base = scored[BASELINE][1]
     out = []
-    for m, runs in complete.items():
-        s = scores[m]
+    for m, (runs, s) in scored.items():
         if m == BASELINE:
             diffs = ("—", "—", "—")
         else:
@@ -133,15 +137,10 @@ def rows(folder: Path = FOLDER) -> list[str]:
     return out
 
 
-def table(folder: Path = FOLDER) -> str:
-    return HEADER + "\n".join(rows(folder))
-
-
-def per_task_rows(folder: Path = FOLDER) -> list[str]:
-    """Per method: our reading per task and averaged over them, then the paper's Table 14 row."""
+def _per_task_rows(scored: Scored) -> list[str]:
     out = []
-    for m, runs in _complete_runs(folder).items():
-        ours = _scores(runs)["ours"]
+    for m, (runs, s) in scored.items():
+        ours = s["ours"]
         cells = [fmt_ms(mean_std(ours[:, t])) for t in range(len(TASKS))]
         out.append(f"| {LABELS.get(m, m)} | {len(runs)} | " + " | ".join(cells) + f" | {_mean_std(ours)} |")
         paper = paper_cells("crl", m, TASKS)
@@ -152,8 +151,28 @@ def per_task_rows(folder: Path = FOLDER) -> list[str]:
     return out
 
 
+def rows(folder: Path = FOLDER) -> list[str]:
+    """One table row per method with complete CRL runs, Top-K first."""
+    return _rows(_scored(folder))
+
+
+def table(folder: Path = FOLDER) -> str:
+    return HEADER + "\n".join(rows(folder))
+
+
+def per_task_rows(folder: Path = FOLDER) -> list[str]:
+    """Per method: our reading per task and averaged over them, then the paper's Table 14 row."""
+    return _per_task_rows(_scored(folder))
+
+
 def per_task_table(folder: Path = FOLDER) -> str:
     return PER_TASK_HEADER + "\n".join(per_task_rows(folder))
+
+
+def tables(folder: Path = FOLDER) -> dict[str, str]:
+    """Both tables by their headers, from one read of the runs."""
+    scored = _scored(folder)
+    return {HEADER: HEADER + "\n".join(_rows(scored)), PER_TASK_HEADER: PER_TASK_HEADER + "\n".join(_per_task_rows(scored))}
 
 
 def replaced(doc: str, new_table: str, header: str = HEADER) -> str | None:
@@ -169,17 +188,17 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--check", action="store_true", help="only compare; exit 1 where a doc's copy differs from the data")
     opts = p.parse_args(argv)
     try:
-        tables = {HEADER: table(), PER_TASK_HEADER: per_task_table()}
+        new_tables = tables()
     except AnswerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if not (opts.write or opts.check):
-        print("\n\n".join(tables.values()))
+        print("\n\n".join(new_tables.values()))
         return 0
     rc = 0
     for doc in DOCS:
         old = new = doc.read_text()
-        for header, new_table in tables.items():
+        for header, new_table in new_tables.items():
             new = replaced(new, new_table, header) or new
         if new != old or opts.check:
             rc = max(rc, check_or_write(doc, old, new, opts.check, f"{doc.name}'s answer tables", "python -m tools.answer_table --write"))
