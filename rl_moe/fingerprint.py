@@ -2,7 +2,7 @@
 
 ``tests/test_training_fingerprint.py`` compares them against recorded values (a refactor lands only
 with them unchanged), and ``tools/same_training.py`` compares two commits' runs of one
-command, so that a results table may mix those commits (docs/results.md, "Evidence").
+command, so that a results table may mix those commits (docs/results.md, "Machine, software and provenance").
 """
 
 from __future__ import annotations

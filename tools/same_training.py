@@ -3,7 +3,7 @@ compare the runs' fingerprints (:mod:`rl_moe.fingerprint`: checkpoint weights, r
 numbers, and the TensorBoard scalars both commits log).
 
 A results table mixes runs of two commits only where this says ``identical`` for the methods in it
-(docs/results.md, "Evidence"). Example (Top-K's slice seeds 0-3 ran at 34c7b48, seed 4 at 38279e8):
+(docs/results.md, "Machine, software and provenance"). Example (Top-K's slice seeds 0-3 ran at 34c7b48, seed 4 at 38279e8):
 
     python -m tools.same_training --out results/cw10-paper/same-training-34c7b48-38279e8.json \
         --tree ~/rl_moe-exp2 ~/venv-exp2 --tree ~/rl_moe-exp3 ~/venv-exp3 \
