@@ -86,7 +86,7 @@ METHODS: dict[str, Method] = {
         _reg("parseval", "parseval weight regularization (Chung et al., 2024)"),
         _reg("cchain", "C-CHAIN churn reduction (Tang et al., 2025)"),
         Method("specnorm", "topk", spectral_norm=("actor",), description="Top-K MoE actor with spectrally normalised hidden layers (Miyato et al., 2018)"),
-        _reg("specreg", "spectral regularization (Lewandowski et al., 2024)"),
+        _reg("specreg", "spectral regularization (Lewandowski et al., 2025)"),
         _reg("load_balance", "load-balancing auxiliary loss"),
         Method("trac", "topk", optimizer="trac", description="Top-K MoE trained by TRAC: Adam's displacement from the initial weights scaled by a parameter-free S (Muppidi et al., 2024)"),
         Method(
