@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps-per-task", type=int, default=None, help="env steps per task (default: the suite's budget)")
     p.add_argument("--tasks", type=int, default=None, help="train only the first N tasks of the suite")
     p.add_argument("--device", default=None, help=f"torch device: {', '.join(DEVICES)}")
-    p.add_argument("--vec-env", default="auto", help="auto (envpool on MetaWorld if installed, else in-process on <= 2 cores), dummy, subproc or envpool")
+    p.add_argument("--vec-env", default="auto", help="auto (MetaWorld with EnvPool installed: each task on the faster of EnvPool and the official envs, measured at its start; otherwise in-process on <= 2 cores, worker processes on more), dummy, subproc or envpool")
     p.add_argument("--experts", type=int, default=None, help="number of experts E (default 10)")
     p.add_argument("--top-k", type=int, default=None, help="active experts K <= E (default 2)")
     p.add_argument("--out", default="runs", help="runs root folder (default: runs)")

@@ -1,5 +1,5 @@
 """A finished task's checkpoint scored on the training envs' positions and on held-out ones, with
-success at any step and at the last step, and the episodes' final stage terms (docs/results.md, §4).
+success at any step and at the last step, and the episodes' final stage terms (docs/results.md, §2).
 
     python -m tools.eval_positions RUN_DIR [RUN_DIR ...] [--episodes 10] [--out FILE.json]
 

@@ -1,5 +1,5 @@
 """Score a run's faucet-close checkpoint under evaluation variants: Continual World's 200-step
-horizon against MetaWorld's own 500, deterministic against sampled actions (docs/results.md, §1).
+horizon against MetaWorld's own 500, deterministic against sampled actions (docs/reproduce.md, "Where hammer falls short").
 
     python -m tools.eval_variants RUN_DIR [--task faucet-close-v3] [--episodes 20]
 

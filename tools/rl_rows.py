@@ -1,5 +1,5 @@
 """One line per single-task run from its TensorBoard events: the training episodes' success at the
-end, the first rollout where it reached 0.5, and the periodic evaluation's curve (docs/results.md, §4).
+end, the first rollout where it reached 0.5, and the periodic evaluation's curve (docs/results.md, §2).
 
     python -m tools.rl_rows RUN_DIR [RUN_DIR ...] [--json FILE]
 
