@@ -88,8 +88,8 @@ def decide(x: np.ndarray, y: np.ndarray, sims: int = SEPARATION_SIMS, seed: int 
 def main(argv: list[str] | None = None) -> int:
     p = UsageParser(prog="python -m tools.slice_decision", description=__doc__.splitlines()[0])
     p.add_argument("runs", type=Path, help="folder of run summaries (one suite)")
-    p.add_argument("--baseline", default="topk")
-    p.add_argument("--method", default="sphere", help="method name as the report prints it")
+    p.add_argument("--baseline", default="topk", help="the method compared against (default topk)")
+    p.add_argument("--method", default="sphere", help="the method under test, as its runs record it (sphere, ln, ...; default sphere)")
     p.add_argument("--sims", type=int, default=SEPARATION_SIMS, help="simulated studies behind the power")
     p.add_argument("--json", type=Path, default=None, help="also write the decision here")
     args = p.parse_args(argv)
