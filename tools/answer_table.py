@@ -1,4 +1,4 @@
-"""The slice's answer in one table, for README's "The answer so far" and docs/results.md's top:
+"""The slice's answer in one table, for README's "The answer" and docs/results.md's top:
 each method's own-segment success under both readings and held out, and its difference to Top-K;
 and beside it, per task, each method's success against the paper's Table 14 rows.
 
