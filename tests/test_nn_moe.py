@@ -5,6 +5,7 @@ import torch
 
 from rl_moe.nn import NETWORK_KINDS, NetConfig, build_network
 from rl_moe.nn.experts import StackedExperts, segment_matmul
+from rl_moe.nn.moe import load_balance_loss
 
 
 
@@ -183,6 +184,23 @@ def test_network_forward_without_autograd_is_bit_identical(kind):
         assert g.dispatch.counts == h.dispatch.counts
         for a, b in zip(g.expert.hidden, h.expert.hidden):
             assert torch.equal(a.detach(), b)
+
+
+@pytest.mark.parametrize("kind", ["topk", "dense_moe", "ds", "expert_choice", "ssmoe", "soft"])
+def test_load_balance_loss_is_computed_with_autograd_only(kind):
+    """A forward with autograd exposes the gate's load-balance loss (what the ``load_balance``
+    regularizer trains on); one without it (acting, evaluation) skips it and nothing else."""
+    torch.manual_seed(7)
+    net = build_network(39, 4, NetConfig(kind=kind, n_experts=6, top_k=2, hidden=(16, 16), gate_hidden=(16,)))
+    x = torch.randn(12, 39)
+    with_grad = net(x)
+    with torch.no_grad():
+        without = net(x)
+    assert with_grad.aux.load_balance is not None and with_grad.aux.load_balance.requires_grad
+    expected = load_balance_loss(with_grad.logits.detach(), with_grad.probs.detach() > 0)  # the routing's own selection
+    assert torch.equal(with_grad.aux.load_balance.detach(), expected)
+    assert without.aux.load_balance is None
+    assert torch.equal(with_grad.out.detach(), without.out)
 
 
 @pytest.mark.parametrize("kind", NETWORK_KINDS)

@@ -76,3 +76,42 @@ def test_own_per_env_round_trips_and_follows_the_task_list(tmp_path: Path) -> No
     assert Results.from_dict(data).own_per_env == [None, None, None]
     again.extend(["a", "b", "c", "d"])
     assert len(again.own_per_env) == 4 and again.own_per_env[3] is None
+
+
+class _PredictOnly:
+    """The learner seen only through ``predict``: evaluation takes SB3's per-call path."""
+
+    def __init__(self, model: Any) -> None:
+        self.predict = model.predict
+
+
+def test_an_evaluation_sets_the_policy_mode_once_and_scores_as_sb3s_predict(monkeypatch: Any) -> None:
+    """SB3's ``predict`` walks the policy's modules to set the mode on every call; an evaluation
+    sets it once, and its scores equal those of SB3's per-call path on the same envs."""
+    from rl_moe.continual.agents import build_model
+    from rl_moe.continual.resolve import RunRequest, resolve, suite_of
+    from rl_moe.envs.factories import make_vec_env, task_factories
+
+    cfg = resolve(RunRequest(suite="smoke", method="topk", tasks=1, steps_per_task=64, preset="tiny"))
+    suite = suite_of(cfg)
+    model = build_model(cfg, make_vec_env(task_factories(suite, suite.tasks[0], 1, 0), "dummy"), "cpu")
+    factories = task_factories(suite, suite.tasks[0], 2, 5)
+    policy_cls = type(model.policy)
+    calls: list[bool] = []
+    original = policy_cls.set_training_mode
+
+    def counted(self: Any, mode: bool) -> None:
+        calls.append(mode)
+        original(self, mode)
+
+    monkeypatch.setattr(policy_cls, "set_training_mode", counted)
+    model.policy.set_training_mode(True)
+    calls.clear()
+    once = evaluate(model, factories, 4)
+    assert calls == [False], f"the mode was set {len(calls)} times"
+    assert not model.policy.training and "set_training_mode" not in vars(model.policy)
+    per_call = evaluate(_PredictOnly(model), factories, 4)  # type: ignore[arg-type]
+    assert len(calls) > 2 * 50  # SB3's path: once per step (smoke episodes are 200 steps)
+    assert once == per_call and once.n_episodes == 4
+    model.policy.set_training_mode(True)  # the method is the class's again
+    assert model.policy.training and calls[-1] is True

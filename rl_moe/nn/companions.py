@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from rl_moe.nn.config import NetConfig
 from rl_moe.nn.experts import StackedExperts
 from rl_moe.nn.gate import GateMLP
-from rl_moe.nn.moe import AuxLosses, MoEOutput, RoutedMoE, load_balance_loss, run_routed
+from rl_moe.nn.moe import MoEOutput, RoutedMoE, balance_aux, run_routed
 from rl_moe.nn.parts import NetworkParts
 from rl_moe.nn.routing import Routing, topk_routing
 from rl_moe.nn.sdmoe import sdmoe_experts
@@ -92,5 +92,5 @@ class EVRerouted(NetworkParts, nn.Module):
         cfg = self.net.cfg
         emb, logits, routing = ev_mixed_route(self.net.gate, self.net.experts, x, cfg.top_k, cfg.temperature, self.alpha, self.top_c)
         out, group = run_routed(self.net.experts, x, routing)
-        aux = AuxLosses(load_balance=load_balance_loss(logits, routing.mask))
+        aux = balance_aux(logits, routing.mask)
         return MoEOutput(out, routing.probs, routing.indices, logits, emb, (group,), aux)

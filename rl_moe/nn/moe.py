@@ -39,7 +39,7 @@ class DSCLosses(NamedTuple):
 class AuxLosses(NamedTuple):
     """Auxiliary losses a network computes on its own batch (None where it has none)."""
 
-    load_balance: Tensor | None = None  # () Switch-style load balance of the gate
+    load_balance: Tensor | None = None  # () Switch-style load balance of the gate (with autograd only)
     dsc: DSCLosses | None = None
 
 
@@ -111,6 +111,13 @@ def load_balance_loss(logits: Tensor, mask: Tensor) -> Tensor:
     return n_experts * (fraction * mean_prob).sum()
 
 
+def balance_aux(logits: Tensor, mask: Tensor) -> AuxLosses:
+    """The gate's load-balance loss, as a forward with autograd exposes it; none without autograd
+    (acting, evaluation, probes), where nothing reads it: its dozen small ops were about 2% of a
+    rollout's policy call at batch 8 (benchmarks/acting_forward.py)."""
+    return AuxLosses(load_balance=load_balance_loss(logits, mask)) if torch.is_grad_enabled() else AuxLosses()
+
+
 class RoutedMoE(NetworkParts, nn.Module):
     """Top-K, Dense-MoE or expert-choice MoE over full-MLP experts."""
 
@@ -132,7 +139,7 @@ class RoutedMoE(NetworkParts, nn.Module):
     def forward(self, x: Tensor) -> MoEOutput:
         emb, logits, routing = self.route(x)
         out, group = run_routed(self.experts, x, routing)
-        aux = AuxLosses(load_balance=load_balance_loss(logits, routing.mask))
+        aux = balance_aux(logits, routing.mask)
         return MoEOutput(out, routing.probs, routing.indices, logits, emb, (group,), aux)
 
 
@@ -211,7 +218,7 @@ class DSMoE(NetworkParts, nn.Module):
             sp = self.shared(x.repeat(s, 1), sd.counts, sd.expert_idx if s > 1 else None)
             out = out + _combine(sd, sp.out, self.out_dim)
             groups.insert(0, ExpertGroup(sd, sp))
-        aux = AuxLosses(load_balance=load_balance_loss(logits, routing.mask))
+        aux = balance_aux(logits, routing.mask)
         return MoEOutput(out, routing.probs, routing.indices, logits, emb, tuple(groups), aux)
 
 
@@ -253,7 +260,7 @@ class SoftMoE(NetworkParts, nn.Module):
         out = _combine(dispatch, ep.out, self.out_dim)
         mask = torch.ones_like(probs, dtype=torch.bool)
         indices = torch.arange(e, device=x.device).expand(n, e)
-        aux = AuxLosses(load_balance=load_balance_loss(scores.mean(1), mask))
+        aux = balance_aux(scores.mean(1), mask)
         return MoEOutput(out, probs, indices, scores.mean(1), tokens.mean(1), (ExpertGroup(dispatch, ep),), aux)
 
 
