@@ -16,6 +16,7 @@ from rl_moe.algos import MoEPPO
 from rl_moe.algos.update import no_distribution_checks
 from rl_moe.algos.profiling import SYNC_OPS, count_ops
 from rl_moe.algos.rollout import DeviceRolloutBuffer, GraphedActing
+from rl_moe.continual.evaluation import EvalEnvs, evaluate
 from rl_moe.nn import static_shapes
 from rl_moe.policies import MoEActorCriticPolicy
 from tests.conftest import NETS, moe_ppo
@@ -202,3 +203,50 @@ def test_cuda_rollout_reads_the_device_once_per_step() -> None:
     reads = [sum(v for k, v in c.sync_names.items() if k in SYNC_OPS) for c in counts]
     assert reads[1] == reads[0], [c.sync_names for c in counts]
     assert counts[1].syncs - counts[0].syncs <= 2 * extra_steps, [c.sync_names for c in counts]
+
+
+
+class _CheckFlag(BaseCallback):
+    """Records whether torch.distributions validates arguments, at every rollout step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[bool] = []
+
+    def _on_step(self) -> bool:
+        self.seen.append(bool(torch.distributions.Distribution._validate_args))
+        return True
+
+
+class _PendulumEvalEnvs(EvalEnvs):
+    """Evaluation envs over Pendulum (200-step episodes), for evaluate()."""
+
+    def __init__(self) -> None:
+        super().__init__([None, None])  # type: ignore[list-item]
+
+    def get(self, k: int) -> VecEnv:
+        return make_vec_env("Pendulum-v1", n_envs=k, seed=1)
+
+
+def test_cpu_rollouts_and_evaluations_build_distributions_without_argument_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-step argument check (a host sync, ~5% of a policy call at batch 8) is off while a CPU
+    rollout or an evaluation acts, and the process default is back afterwards."""
+    default = torch.distributions.Distribution._validate_args
+    model = moe_ppo()
+    assert model.fast_path_reason() is not None  # the CPU rollout: SB3's, not the device path
+    flags = _CheckFlag()
+    model.learn(64 * 2, callback=flags)
+    assert flags.seen and not any(flags.seen)
+    assert torch.distributions.Distribution._validate_args == default
+
+    seen: list[bool] = []
+    predict = model.predict
+
+    def recording(obs, deterministic=True):  # type: ignore[no-untyped-def]
+        seen.append(bool(torch.distributions.Distribution._validate_args))
+        return predict(obs, deterministic=deterministic)
+
+    monkeypatch.setattr(model, "predict", recording)
+    assert evaluate(model, _PendulumEvalEnvs(), 2).n_episodes == 2
+    assert seen and not any(seen)
+    assert torch.distributions.Distribution._validate_args == default

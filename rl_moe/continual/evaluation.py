@@ -20,6 +20,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
 
+from rl_moe.algos.update import no_distribution_checks
 from rl_moe.envs.factories import EnvFactory, make_vec_env, may_pool
 from rl_moe.tblog import dump_keys
 
@@ -206,7 +207,7 @@ def evaluate(
     env_of: list[int] = []
     try:
         obs = venv.reset()
-        with mode_set_once(model):
+        with mode_set_once(model), no_distribution_checks():  # as acting: the NaN guard checks the weights
             while (done_count < quota).any():
                 actions, _ = model.predict(obs, deterministic=True)  # type: ignore[arg-type]
                 obs, _, dones, infos = venv.step(actions)
