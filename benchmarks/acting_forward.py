@@ -14,6 +14,13 @@ the trained-from-init routing of real states), and then time ``--calls`` policy 
 states per round, in thread CPU time. Rounds alternate a b b a; the ratio is the median of the
 per-pair ratios. Both workers' actions on the same states and seed are compared bit for bit.
 
+The same rounds also time acting as each checkout's rollout does it: SB3's ``collect_rollouts``
+(the policy call under whatever the checkout's rollout wraps it in, SB3's buffer and callbacks)
+over the recorded rollout, with the env's steps replayed from the recording instead of simulated,
+so that MuJoCo's time and its noise stay out. The policy's own forward passes are timed inside
+it, so acting / forward is acting's overhead beyond the forward it needs (the performance goal:
+≤ 1.5).
+
     git worktree add --detach /tmp/rl_moe-base <commit>
     OMP_NUM_THREADS=1 python benchmarks/acting_forward.py --baseline /tmp/rl_moe-base [--task hammer-v3] [--rounds 8]
 """
@@ -48,18 +55,50 @@ def _worker(task_name: str, calls: int) -> None:
     from rl_moe.envs.factories import make_vec_env, task_factories
 
     torch.set_num_threads(1)
-    cfg = resolve(RunRequest(suite="cw10", method="topk", tasks=10, vec_env="dummy", device="cpu", overrides=("ppo.n_steps=64",)))
+    cfg = resolve(RunRequest(suite="cw10", method="topk", tasks=10, vec_env="dummy", device="cpu", overrides=("ppo.n_steps=256",)))
     suite = suite_of(cfg)
     task = next(t for t in suite.tasks if t.name == task_name)
     env = make_vec_env(task_factories(suite, task, cfg.ppo.n_envs, 0), "dummy")
     model = build_model(cfg, env, "cpu")
     begin_task(model, cfg, 0, 0)
     model.train = lambda: None  # one rollout of real states; the weights stay at their init
-    model.learn(env.num_envs * 64, reset_num_timesteps=False)
+    recorded = []
+    real_step_wait = env.step_wait
+
+    def recording_step_wait():  # type: ignore[no-untyped-def]
+        out = real_step_wait()
+        recorded.append(tuple(x.copy() if hasattr(x, "copy") else x for x in out))
+        return out
+
+    env.step_wait = recording_step_wait
+    model.learn(env.num_envs * 256, reset_num_timesteps=False)
     states = torch.as_tensor(model.rollout_buffer.observations[:, :, :], dtype=torch.float32)  # (T, n_envs, obs)
     policy = model.policy
+    replay = iter(())
+
+    def replayed_step_wait():  # type: ignore[no-untyped-def]
+        return next(replay)
+
+    forward_seconds = [0.0]
+    real_forward = policy.forward
+
+    def timed_forward(*args, **kwargs):  # type: ignore[no-untyped-def]
+        t0 = time.thread_time()
+        out = real_forward(*args, **kwargs)
+        forward_seconds[0] += time.thread_time() - t0
+        return out
+
     print(json.dumps({"ready": str(Path(rl_moe.__file__).parent)}), flush=True)
     for line in sys.stdin:
+        if line.strip() == "rollout":
+            replay = iter([tuple(x.copy() if hasattr(x, "copy") else x for x in step) for step in recorded])
+            env.step_wait, policy.forward, forward_seconds[0] = replayed_step_wait, timed_forward, 0.0
+            t0 = time.thread_time()
+            model.learn(env.num_envs * len(recorded), reset_num_timesteps=False)
+            seconds = time.thread_time() - t0
+            env.step_wait, policy.forward = recording_step_wait, real_forward
+            print(json.dumps({"seconds": seconds, "forward": forward_seconds[0]}), flush=True)
+            continue
         with torch.no_grad():
             if line.strip() == "actions":
                 torch.manual_seed(0)
@@ -95,9 +134,12 @@ def main() -> None:
         raise SystemExit(f"--baseline {args.baseline} imports the same rl_moe as this checkout ({new.package})")
     same = new.ask("actions")["actions"] == base.ask("actions")["actions"]
     seconds: dict[str, list[float]] = {"new": [], "base": []}
+    rollouts: dict[str, list[dict]] = {"new": [], "base": []}  # type: ignore[type-arg]
     for r in range(args.rounds):
         for name in ("new", "base") if r % 2 == 0 else ("base", "new"):
-            seconds[name].append(float((new if name == "new" else base).ask("time")["seconds"]))
+            worker = new if name == "new" else base
+            seconds[name].append(float(worker.ask("time")["seconds"]))
+            rollouts[name].append(worker.ask("rollout"))
     new.close()
     base.close()
     pairs = [n / b for n, b in zip(seconds["new"], seconds["base"])]
@@ -106,6 +148,13 @@ def main() -> None:
     print(f"  this checkout {commit['new']}: {per_call['new']:.3f} ms per call; baseline {commit['base']}: {per_call['base']:.3f} ms")
     print(f"  new / baseline: {statistics.median(pairs):.3f} (per-round ratios {min(pairs):.3f}–{max(pairs):.3f})")
     print(f"  sampled actions on the rollout's states, same seed: {'bit-identical' if same else 'DIFFERENT'}")
+    acting = {k: [r["seconds"] for r in v] for k, v in rollouts.items()}
+    pairs = [n / b for n, b in zip(acting["new"], acting["base"])]
+    print("  acting as each checkout's rollout does it (SB3's collect_rollouts over the recorded rollout, env steps replayed):")
+    print(f"    new / baseline: {statistics.median(pairs):.3f} (per-round ratios {min(pairs):.3f}–{max(pairs):.3f})")
+    for name in ("new", "base"):
+        over = statistics.median(r["seconds"] / r["forward"] for r in rollouts[name])
+        print(f"    {name}: acting / the policy's forward passes in it: {over:.2f}×")
 
 
 if __name__ == "__main__":

@@ -5,11 +5,13 @@ Builds Top-K + SPHERE as ``python -m rl_moe.crl --suite cw10`` does (the authors
 on the official envs' fast path, separate clipping) and times, on each task asked:
 
 - env stepping and acting (the policy's forward and SB3's buffer work) inside real rollouts,
-  split by timing ``VecEnv.step`` within ``collect_rollouts``;
+  split by timing ``VecEnv.step`` within ``collect_rollouts``, and the policy's forward passes
+  within acting (acting over them is acting's overhead beyond the forward it needs);
 - the PPO update over one rollout, with SPHERE and with its ρ = 0 (the difference is SPHERE's
   penalty and its second backward), the two learners' rollouts alternated and their medians taken;
 - the update's matrix products replayed alone at their own shapes (the update's floor on this core);
-- one deterministic evaluation episode (5 eval envs, the run's evaluator), one probe of the
+- one deterministic evaluation episode (5 eval envs, the run's evaluator, on envs built once and
+  reused as the scheduler does; building them is counted once per position view), one probe of the
   plasticity diagnostics, one in-task checkpoint's capture and write, and the task-end
   checkpoint.
 
@@ -44,7 +46,7 @@ import torch
 
 from rl_moe.continual import intask
 from rl_moe.continual.agents import begin_task, build_model
-from rl_moe.continual.evaluation import evaluate
+from rl_moe.continual.evaluation import EvalEnvs, evaluate
 from rl_moe.continual.probe_states import collect_probe_states, make_probe_callback, probe_factories
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 from rl_moe.continual.rng import env_seed
@@ -87,32 +89,40 @@ def _learner(task_name: str, rho: float | None, n_steps: int):  # type: ignore[n
 
 
 class _Cycles:
-    """Times one learner's rollout-plus-update cycles: (env, acting, update) seconds of each."""
+    """Times one learner's rollout-plus-update cycles: (env, acting, update, the policy's forward
+    passes within acting) seconds of each."""
 
     def __init__(self, model, env, n_steps: int) -> None:  # type: ignore[no-untyped-def]
         self.model, self.steps = model, env.num_envs * n_steps
         self.clock = _EnvClock(env)
-        self.train = 0.0
+        self.train = self.forward = 0.0
         model.learn(self.steps, reset_num_timesteps=False)  # warm-up: first forward, allocations
-        original_train = model.train
+        original_train, original_forward = model.train, model.policy.forward
 
         def timed_train() -> None:
             t0 = time.perf_counter()
             original_train()
             self.train += time.perf_counter() - t0
 
-        model.train = timed_train
+        def timed_forward(*args, **kwargs):  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
+            out = original_forward(*args, **kwargs)
+            self.forward += time.perf_counter() - t0
+            return out
 
-    def once(self) -> tuple[float, float, float]:
-        self.clock.seconds = self.train = 0.0
+        model.train = timed_train
+        model.policy.forward = timed_forward  # the rollout's policy(obs); the update calls evaluate_actions
+
+    def once(self) -> tuple[float, float, float, float]:
+        self.clock.seconds = self.train = self.forward = 0.0
         t0 = time.perf_counter()
         self.model.learn(self.steps, reset_num_timesteps=False)
         total = time.perf_counter() - t0
-        return self.clock.seconds, total - self.train - self.clock.seconds, self.train
+        return self.clock.seconds, total - self.train - self.clock.seconds, self.train, self.forward
 
 
 def _alternated(a: _Cycles, b: _Cycles, rounds: int) -> tuple[list[float], list[float]]:
-    """Medians of (env, acting, update) seconds per cycle of ``a`` and of ``b``, cycled in
+    """Medians of (env, acting, update, forward) seconds per cycle of ``a`` and of ``b``, cycled in
     alternating order (a b b a ...) so that the neighbours' load hits both alike."""
     samples: tuple[list[tuple[float, float, float]], list[tuple[float, float, float]]] = ([], [])
     for r in range(rounds):
@@ -206,16 +216,23 @@ def _split(task_name: str, rounds: int, n_steps: int) -> None:
     """Measure one task's parts and its limit, and print them."""
     cfg, suite, task, model, env = _learner(task_name, None, n_steps)
     _, _, _, plain_model, plain_env = _learner(task_name, 0.0, n_steps)
-    (env_s, act_s, upd_sphere), (_, _, upd_topk) = _alternated(_Cycles(model, env, n_steps), _Cycles(plain_model, plain_env, n_steps), rounds)
+    (env_s, act_s, upd_sphere, act_fwd_s), (_, _, upd_topk, _) = _alternated(_Cycles(model, env, n_steps), _Cycles(plain_model, plain_env, n_steps), rounds)
     steps_per_rollout = env.num_envs * n_steps
     flops = _update_flops(model)
     replay_s, replay_flops, n_products, others = _matmul_replay(model)
     peak = _matmul_peak()  # beside the replay, so that both see the same load
 
-    factories = task_factories(suite, task, cfg.eval.n_envs, env_seed(0, "eval"))
+    # As the scheduler evaluates: the task's eval envs built once (per position view) and
+    # reseeded before every evaluation, so building them is a once-per-task cost.
+    pool = EvalEnvs(task_factories(suite, task, cfg.eval.n_envs, env_seed(0, "eval")), "dummy")
     t0 = time.perf_counter()
-    evaluate(model, factories, cfg.eval.n_envs, None, "dummy")
+    evaluate(model, pool, cfg.eval.n_envs)
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    evaluate(model, pool, cfg.eval.n_envs)
     episode = (time.perf_counter() - t0) / cfg.eval.n_envs
+    build_s = max(0.0, first - episode * cfg.eval.n_envs)
+    pool.close()
     states = collect_probe_states(probe_factories(suite, env_seed(0, "probe")), cfg.probe.n_states, stride=cfg.probe.stride, policy=cfg.probe.policy, noise=cfg.probe.noise)
     probe = make_probe_callback(states, 1, config=cfg.probe)
     probe.init_callback(model)
@@ -237,14 +254,15 @@ def _split(task_name: str, rounds: int, n_steps: int) -> None:
     fwd_s = _forward_floor(model, env)
 
     rollouts_per_task = TASK_STEPS / steps_per_rollout
-    evals = cfg.eval.evals_per_task * cfg.eval.n_episodes * 2 + cfg.eval.matrix_episodes * 2
+    views = 2 if cfg.eval.positions == "both" else 1  # position views scored, each on its own env set
+    evals = (cfg.eval.evals_per_task * cfg.eval.n_episodes + cfg.eval.matrix_episodes) * views
     writes = math.ceil(TASK_STEPS / cfg.checkpoint.every_steps)
     parts = {
         "env stepping": env_s * rollouts_per_task,
         "acting (policy forward, SB3 buffer)": act_s * rollouts_per_task,
         "PPO update without SPHERE": upd_topk * rollouts_per_task,
         "SPHERE's penalty and second backward": max(0.0, upd_sphere - upd_topk) * rollouts_per_task,
-        f"evaluation ({evals} episodes)": episode * evals,
+        f"evaluation ({evals} episodes, {views} env sets built)": episode * evals + build_s * views,
         f"probe ({cfg.eval.evals_per_task}×)": probe_s * cfg.eval.evals_per_task,
         f"checkpoints ({writes} in-task writes, the task's end)": capture_s * TASK_STEPS / CLI_ROLLOUT + write_s * writes + final_s,
     }
@@ -267,6 +285,7 @@ def _split(task_name: str, rounds: int, n_steps: int) -> None:
     print(f"  limit: {limit / 60:.1f} min for the task; today's task is {total / limit:.2f}× it (the limit is {limit / total:.2f}× today's task)")
     for name, (today, floor) in floors.items():
         print(f"    {name:<44} today {today / floor:5.2f}× its floor")
+    print(f"    acting / the policy's own forward passes in the same rollouts: {act_s / act_fwd_s:.2f}×")
 
 
 def main() -> None:
