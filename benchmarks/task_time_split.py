@@ -21,6 +21,9 @@ the task's model, nothing else of the env), and one no-grad forward pass of the 
 step (acting's floor). Each part's time is printed as a ratio to its floor, and the task's time as a
 ratio to the sum.
 
+Every part is timed in this thread's CPU time, so that the neighbours' share of the core does not
+move the split; the checkpoints' writes alone in wall time, which includes their wait for the disk.
+
 The projection uses the CLI's defaults: 62 rollouts of 16,384 steps, 10 periodic evaluations of
 10 episodes on two position views plus the success-matrix row, a probe at every periodic
 evaluation, an in-task checkpoint captured at every rollout and written every 100,000 steps,
@@ -56,6 +59,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _timing import interleaved_medians, paper_task_steps  # noqa: E402
 
 TASK_STEPS = paper_task_steps()
+#: This thread's time on the core: the process is single-threaded (one torch thread, the envs in
+#: process), so each part's cost does not depend on the share of the core the neighbours leave it.
+CLOCK = time.thread_time
 _CLI_PPO = resolve(RunRequest(suite="cw10", device="cpu")).ppo
 #: Env steps of one rollout as the CLI collects it (8 × 2048): an in-task capture ends each.
 CLI_ROLLOUT = _CLI_PPO.n_envs * _CLI_PPO.n_steps
@@ -69,9 +75,9 @@ class _EnvClock:
         self._step = env.step
 
         def timed(actions):  # type: ignore[no-untyped-def]
-            t0 = time.perf_counter()
+            t0 = CLOCK()
             out = self._step(actions)
-            self.seconds += time.perf_counter() - t0
+            self.seconds += CLOCK() - t0
             return out
 
         env.step = timed
@@ -100,14 +106,14 @@ class _Cycles:
         original_train, original_forward = model.train, model.policy.forward
 
         def timed_train() -> None:
-            t0 = time.perf_counter()
+            t0 = CLOCK()
             original_train()
-            self.train += time.perf_counter() - t0
+            self.train += CLOCK() - t0
 
         def timed_forward(*args, **kwargs):  # type: ignore[no-untyped-def]
-            t0 = time.perf_counter()
+            t0 = CLOCK()
             out = original_forward(*args, **kwargs)
-            self.forward += time.perf_counter() - t0
+            self.forward += CLOCK() - t0
             return out
 
         model.train = timed_train
@@ -115,9 +121,9 @@ class _Cycles:
 
     def once(self) -> tuple[float, float, float, float]:
         self.clock.seconds = self.train = self.forward = 0.0
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         self.model.learn(self.steps, reset_num_timesteps=False)
-        total = time.perf_counter() - t0
+        total = CLOCK() - t0
         return self.clock.seconds, total - self.train - self.clock.seconds, self.train, self.forward
 
 
@@ -163,11 +169,11 @@ def _matmul_replay(model, rounds: int = 3) -> tuple[float, float, int, list[tupl
     times = []
     with torch.no_grad():
         for _ in range(rounds):
-            t0 = time.perf_counter()
+            t0 = CLOCK()
             for op, args, count, _ in calls:
                 for _ in range(count):
                     op(*args)
-            times.append(time.perf_counter() - t0)
+            times.append(CLOCK() - t0)
     return sorted(times)[len(times) // 2], float(sum(c[3] for c in calls)), sum(c[2] for c in calls), others[:8]
 
 
@@ -178,10 +184,10 @@ def _matmul_peak(n: int = 1024, reps: int = 4, rounds: int = 5) -> float:
     torch.mm(a, b)
     best = float("inf")
     for _ in range(rounds):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         for _ in range(reps):
             torch.mm(a, b)
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, CLOCK() - t0)
     return 2 * n**3 * reps / best
 
 
@@ -194,10 +200,10 @@ def _mujoco_floor(env, reps: int = 400) -> float:  # type: ignore[no-untyped-def
     data = mujoco.MjData(inner.model)
     data.qpos[:], data.qvel[:], data.mocap_pos[:], data.mocap_quat[:] = inner.data.qpos, inner.data.qvel, inner.data.mocap_pos, inner.data.mocap_quat
     mujoco.mj_step(inner.model, data, nstep=inner.frame_skip)
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     for _ in range(reps):
         mujoco.mj_step(inner.model, data, nstep=inner.frame_skip)
-    return (time.perf_counter() - t0) / reps
+    return (CLOCK() - t0) / reps
 
 
 def _forward_floor(model, env) -> float:  # type: ignore[no-untyped-def]
@@ -209,7 +215,7 @@ def _forward_floor(model, env) -> float:  # type: ignore[no-untyped-def]
         with torch.no_grad():
             model.policy(obs)
 
-    return interleaved_medians({"forward": forward}, rounds=7, inner=20)["forward"] / env.num_envs
+    return interleaved_medians({"forward": forward}, rounds=7, inner=20, clock=CLOCK)["forward"] / env.num_envs
 
 
 def _split(task_name: str, rounds: int, n_steps: int) -> None:
@@ -225,21 +231,21 @@ def _split(task_name: str, rounds: int, n_steps: int) -> None:
     # As the scheduler evaluates: the task's eval envs built once (per position view) and
     # reseeded before every evaluation, so building them is a once-per-task cost.
     pool = EvalEnvs(task_factories(suite, task, cfg.eval.n_envs, env_seed(0, "eval")), "dummy")
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     evaluate(model, pool, cfg.eval.n_envs)
-    first = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    first = CLOCK() - t0
+    t0 = CLOCK()
     evaluate(model, pool, cfg.eval.n_envs)
-    episode = (time.perf_counter() - t0) / cfg.eval.n_envs
+    episode = (CLOCK() - t0) / cfg.eval.n_envs
     build_s = max(0.0, first - episode * cfg.eval.n_envs)
     pool.close()
     states = collect_probe_states(probe_factories(suite, env_seed(0, "probe")), cfg.probe.n_states, stride=cfg.probe.stride, policy=cfg.probe.policy, noise=cfg.probe.noise)
     probe = make_probe_callback(states, 1, config=cfg.probe)
     probe.init_callback(model)
     probe._on_training_start()
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     probe.compute()
-    probe_s = time.perf_counter() - t0
+    probe_s = CLOCK() - t0
     with tempfile.TemporaryDirectory() as tmp:
         # The in-task checkpoint: captured at every rollout boundary, written every
         # checkpoint.every_steps; and the task-end checkpoint (the model's zip), once per task.
