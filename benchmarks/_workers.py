@@ -1,6 +1,7 @@
 """A benchmark's worker process on one checkout: the same script in ``--worker`` mode, importing
-that checkout's ``rl_moe`` first, answering one JSON line per request (``task_speed.py``,
-``acting_forward.py``)."""
+that checkout's ``rl_moe`` first, answering one JSON line per request; and the pair of them a
+comparison against a baseline checkout starts (``task_speed.py``, ``acting_forward.py``,
+``eval_speed.py``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+#: This checkout: the tree the benchmarks belong to.
+ROOT = HERE.parent
 
 
 class Worker:
@@ -40,3 +43,30 @@ class Worker:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
         self.proc.wait()
+
+
+def describe(tree: Path) -> str:
+    """``git describe --always --dirty`` of a checkout: the commit a worker ran, dirty or not."""
+    return subprocess.run(["git", "-C", str(tree), "describe", "--always", "--dirty"], check=False, capture_output=True, text=True).stdout.strip()
+
+
+def check_baseline(baseline: Path | None) -> Path:
+    """``--baseline`` when it is a checkout with ``rl_moe/``; otherwise one line naming it, exit 2."""
+    if baseline is None or not (baseline / "rl_moe" / "__init__.py").is_file():
+        print(f"--baseline must be a checkout with rl_moe/ (got {baseline}); e.g. git worktree add --detach /tmp/rl_moe-base <commit>", file=sys.stderr)
+        raise SystemExit(2)
+    return baseline
+
+
+def baseline_pair(baseline: Path | None, script: str, args: list[str]) -> tuple[Worker, Worker]:
+    """``script``'s worker on this checkout and on ``baseline`` (:func:`check_baseline`), in that
+    order. A baseline whose worker imports this checkout's ``rl_moe`` (a ``PYTHONPATH`` or an
+    editable install shadowing it) is refused: the comparison would time one commit against itself.
+    """
+    baseline = check_baseline(baseline)
+    new, base = Worker(ROOT, script, args), Worker(baseline, script, args)
+    if new.package == base.package:
+        new.close()
+        base.close()
+        raise SystemExit(f"--baseline {baseline} imports the same rl_moe as this checkout ({new.package})")
+    return new, base

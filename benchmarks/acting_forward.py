@@ -31,16 +31,19 @@ import argparse
 import hashlib
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 
 sys.path.insert(0, str(HERE))
-from _workers import Worker  # noqa: E402  (a sibling module of this script)
+from _workers import ROOT, baseline_pair, describe  # noqa: E402  (a sibling module of this script)
+
+
+def _copied(step: tuple) -> tuple:  # type: ignore[type-arg]
+    """A copy of one ``step_wait`` result: its arrays and the infos' list (the env reuses them)."""
+    return tuple(x.copy() if hasattr(x, "copy") else x for x in step)
 
 
 def _worker(task_name: str, calls: int) -> None:
@@ -67,7 +70,7 @@ def _worker(task_name: str, calls: int) -> None:
 
     def recording_step_wait():  # type: ignore[no-untyped-def]
         out = real_step_wait()
-        recorded.append(tuple(x.copy() if hasattr(x, "copy") else x for x in out))
+        recorded.append(_copied(out))
         return out
 
     env.step_wait = recording_step_wait
@@ -91,7 +94,7 @@ def _worker(task_name: str, calls: int) -> None:
     print(json.dumps({"ready": str(Path(rl_moe.__file__).parent)}), flush=True)
     for line in sys.stdin:
         if line.strip() == "rollout":
-            replay = iter([tuple(x.copy() if hasattr(x, "copy") else x for x in step) for step in recorded])
+            replay = iter([_copied(step) for step in recorded])  # a rollout may write into what it was given
             env.step_wait, policy.forward, forward_seconds[0] = replayed_step_wait, timed_forward, 0.0
             t0 = time.thread_time()
             model.learn(env.num_envs * len(recorded), reset_num_timesteps=False)
@@ -124,14 +127,8 @@ def main() -> None:
     if args.worker:
         _worker(args.task, args.calls)
         return
-    if args.baseline is None or not (args.baseline / "rl_moe" / "__init__.py").is_file():
-        print(f"--baseline must be a checkout with rl_moe/ (got {args.baseline}); e.g. git worktree add --detach /tmp/rl_moe-base <commit>", file=sys.stderr)
-        raise SystemExit(2)
-    commit = {k: subprocess.run(["git", "-C", str(tree), "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip() for k, tree in (("new", ROOT), ("base", args.baseline))}
-    worker_args = ["--task", args.task, "--calls", str(args.calls)]
-    new, base = Worker(ROOT, "acting_forward.py", worker_args), Worker(args.baseline, "acting_forward.py", worker_args)
-    if new.package == base.package:
-        raise SystemExit(f"--baseline {args.baseline} imports the same rl_moe as this checkout ({new.package})")
+    new, base = baseline_pair(args.baseline, "acting_forward.py", ["--task", args.task, "--calls", str(args.calls)])
+    commit = {"new": describe(ROOT), "base": describe(args.baseline)}
     same = new.ask("actions")["actions"] == base.ask("actions")["actions"]
     seconds: dict[str, list[float]] = {"new": [], "base": []}
     rollouts: dict[str, list[dict]] = {"new": [], "base": []}  # type: ignore[type-arg]

@@ -21,16 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 
 sys.path.insert(0, str(HERE))
-from _workers import Worker  # noqa: E402  (a sibling module of this script)
+from _workers import ROOT, baseline_pair, describe  # noqa: E402  (a sibling module of this script)
 
 
 def _worker(task_name: str) -> None:
@@ -72,13 +70,8 @@ def main() -> None:
     if args.worker:
         _worker(args.task)
         return
-    if args.baseline is None or not (args.baseline / "rl_moe" / "__init__.py").is_file():
-        print(f"--baseline must be a checkout with rl_moe/ (got {args.baseline}); e.g. git worktree add --detach /tmp/rl_moe-base <commit>", file=sys.stderr)
-        raise SystemExit(2)
-    commit = {k: subprocess.run(["git", "-C", str(tree), "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip() for k, tree in (("new", ROOT), ("base", args.baseline))}
-    workers = {"new": Worker(ROOT, "eval_speed.py", ["--task", args.task]), "base": Worker(args.baseline, "eval_speed.py", ["--task", args.task])}
-    if workers["new"].package == workers["base"].package:
-        raise SystemExit(f"--baseline {args.baseline} imports the same rl_moe as this checkout ({workers['new'].package})")
+    workers = dict(zip(("new", "base"), baseline_pair(args.baseline, "eval_speed.py", ["--task", args.task])))
+    commit = {"new": describe(ROOT), "base": describe(args.baseline)}
     seconds: dict[str, list[float]] = {"new": [], "base": []}
     scores: dict[str, list[object]] = {"new": [], "base": []}
     for r in range(args.rounds):

@@ -25,17 +25,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 PARTS = ("env", "acting", "update")
 
 sys.path.insert(0, str(HERE))
-from _workers import Worker  # noqa: E402  (a sibling module of this script)
+from _workers import ROOT, baseline_pair, check_baseline, describe  # noqa: E402  (a sibling module of this script)
 
 
 def _worker(task_name: str, n_steps: int) -> None:
@@ -89,9 +87,7 @@ def _worker(task_name: str, n_steps: int) -> None:
 def _against_baseline(baseline: Path, task: str, rounds: int, n_steps: int) -> tuple[dict[str, float], float]:
     """Medians per part of (new / baseline) over alternated cycles, and the new update's FLOP/s."""
     args = ["--tasks", task, "--n-steps", str(n_steps)]
-    new, base = Worker(ROOT, "task_speed.py", args), Worker(baseline, "task_speed.py", args)
-    if new.package == base.package:
-        raise SystemExit(f"--baseline {baseline} imports the same rl_moe as this checkout ({new.package})")
+    new, base = baseline_pair(baseline, "task_speed.py", args)
     samples: dict[str, list[dict[str, float]]] = {"new": [], "base": []}
     for r in range(rounds):
         for name in ("new", "base") if r % 2 == 0 else ("base", "new"):
@@ -117,9 +113,7 @@ def main() -> None:
     if args.worker:
         _worker(args.tasks[0], args.n_steps)
         return
-    if args.baseline is None or not (args.baseline / "rl_moe" / "__init__.py").is_file():
-        print(f"--baseline must be a checkout with rl_moe/ (got {args.baseline}); e.g. git worktree add --detach /tmp/rl_moe-base <commit>", file=sys.stderr)
-        raise SystemExit(2)
+    check_baseline(args.baseline)
     import torch
 
     sys.path.insert(0, str(HERE))
@@ -127,8 +121,7 @@ def main() -> None:
     from vs_sb3 import measure
 
     torch.set_num_threads(1)
-    base_commit = subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    new_commit = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
+    base_commit, new_commit = describe(args.baseline), describe(ROOT)
     print(f"cw10 slice tasks, 1 thread, {args.rounds} alternated cycles of {8 * args.n_steps:,} env steps and one update per variant; "
           f"this checkout {new_commit} against {base_commit} ({args.baseline})")  # fmt: skip
     for task in args.tasks:
