@@ -12,7 +12,7 @@ rollout, thread CPU time), compares each with the rate of a plain copy of the sa
 and prints the share of the 1024² rate the update's products could reach if everything but the
 products and these passes cost nothing: the ceiling on ``task_speed.py``'s "share of the peak".
 
-    OMP_NUM_THREADS=1 python benchmarks/update_floor.py [--tasks hammer-v3 push-wall-v3] [--updates 3]
+    OMP_NUM_THREADS=1 python benchmarks/update_floor.py [--tasks hammer-v3 push-wall-v3 faucet-close-v3] [--updates 3]
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def _floor(task: str, updates: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tasks", nargs="+", default=["hammer-v3", "push-wall-v3"])
+    p.add_argument("--tasks", nargs="+", default=["hammer-v3", "push-wall-v3", "faucet-close-v3"], help="the slice's three tasks by default")
     p.add_argument("--updates", type=int, default=3, help="PPO updates timed per task (80 minibatch steps each)")
     args = p.parse_args()
     torch.set_num_threads(1)
