@@ -27,6 +27,19 @@ def interleaved_medians(
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def best_seconds(fn: Callable[[], object], reps: int, rounds: int, clock: Callable[[], float] = time.thread_time) -> float:
+    """Seconds per call of ``fn`` in the best of ``rounds`` rounds of ``reps`` calls, after one
+    warm-up call: a rate of this core, where a shared core's slower rounds measure the neighbours."""
+    fn()
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = clock()
+        for _ in range(reps):
+            fn()
+        best = min(best, (clock() - t0) / reps)
+    return best
+
+
 @functools.cache
 def paper_task_steps() -> int:
     """Env steps of one task of the paper's CW10 protocol as a run trains it: 1M asked, rounded up

@@ -56,7 +56,7 @@ from rl_moe.continual.rng import env_seed
 from rl_moe.envs.factories import make_vec_env, task_factories
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import interleaved_medians, paper_task_steps  # noqa: E402
+from _timing import best_seconds, interleaved_medians, paper_task_steps  # noqa: E402
 
 TASK_STEPS = paper_task_steps()
 #: This thread's time on the core: the process is single-threaded (one torch thread, the envs in
@@ -181,14 +181,7 @@ def _matmul_peak(n: int = 1024, reps: int = 4, rounds: int = 5) -> float:
     """This core's fp32 matmul rate (FLOP/s) on large square matrices: the update's ceiling. The
     best of a few short rounds, since a shared core's slow rounds measure the neighbours."""
     a, b = torch.randn(n, n), torch.randn(n, n)
-    torch.mm(a, b)
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = CLOCK()
-        for _ in range(reps):
-            torch.mm(a, b)
-        best = min(best, CLOCK() - t0)
-    return 2 * n**3 * reps / best
+    return 2 * n**3 / best_seconds(lambda: torch.mm(a, b), reps, rounds, CLOCK)
 
 
 def _mujoco_floor(env, reps: int = 400) -> float:  # type: ignore[no-untyped-def]

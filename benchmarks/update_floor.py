@@ -32,6 +32,7 @@ import rl_moe.algos.backward as backward_mod
 import rl_moe.algos.update as update_mod
 
 sys.path.insert(0, os.path.dirname(__file__))
+from _timing import best_seconds  # noqa: E402
 from task_time_split import CLOCK, _learner, _matmul_peak, _update_flops
 
 #: Rollout length per env: 8 × 256 = 2,048 steps, eight minibatches of 256 per epoch.
@@ -85,14 +86,7 @@ def _copy_rate(n_floats: int, rounds: int = 7) -> float:
     """Bytes per second of ``torch.add(a, b, out=c)`` over ``n_floats``: two reads and one write,
     the pattern of the parameter passes, at the best of a few rounds."""
     a, b, c = torch.randn(n_floats), torch.randn(n_floats), torch.empty(n_floats)
-    torch.add(a, b, out=c)
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = CLOCK()
-        for _ in range(5):
-            torch.add(a, b, out=c)
-        best = min(best, (CLOCK() - t0) / 5)
-    return 3 * 4 * n_floats / best
+    return 3 * 4 * n_floats / best_seconds(lambda: torch.add(a, b, out=c), 5, rounds, CLOCK)
 
 
 def _active_experts(model: Any) -> float:
