@@ -25,9 +25,13 @@ def test_screen_summary_reads_a_kept_and_a_collapsed_run() -> None:
     assert kept["eval_step_latest"] > 900_000 and kept["eval_success_latest"] == 1.0
     assert kept["lambda_max"] > 0 and kept["loss_min"] > 1e-8  # loss_ratio: never collapsed
     assert 0.0 <= kept["last_hidden_zero_share_end"] < 1.0
+    assert kept["success_heldout_25"] is None  # scored on the 5 positions only
     collapsed = screen_summary.summarize(RESULTS / "cw10-paper" / "ppo-sphere-crl-s3")
     assert (collapsed["updates"], collapsed["collapsed_share"], collapsed["passes"]) == (186, 1.0, False)
     assert collapsed["lambda_max"] > 1e4 or collapsed["loss_min"] < 1e-8
+    # §8's mechanism table: sphere-sb3 seed 0 held out 0.92 at 25 positions (1.00 at the run's 5)
+    mechanism = screen_summary.summarize(RESULTS / "mechanism" / "ppo-sphere-sb3-rl-s0")
+    assert (mechanism["success_heldout"], mechanism["success_heldout_25"]) == (1.0, 0.92)
 
 
 def test_collect_runs_keeps_summaries_and_leaves_checkpoints(tmp_path: Path) -> None:

@@ -23,6 +23,9 @@ from rl_moe.regularizers.sphere import COLLAPSE_COEF, is_collapsed
 from rl_moe.report.scalars import load_scalars
 
 PASS_SUCCESS, PASS_COLLAPSED = 0.9, 0.5
+#: The held-out positions ``python -m rl_moe.positions --heldout`` scores the docs' tables by; the
+#: run's own ``success_heldout`` is its periodic evaluation's 5 positions.
+HELDOUT_POSITIONS = 25
 
 
 def _scalars(run: Path) -> dict[str, dict[float, float]]:
@@ -46,6 +49,8 @@ def summarize(run: Path) -> dict[str, object]:
     zero_tags = sorted((t for t in s if t.startswith("plasticity/dormant_ratio_tau0_l") and t.endswith("_online")), key=lambda t: int(t.split("_l")[-1].split("_")[0]))
     zeros = s[zero_tags[-1]] if zero_tags else {}
     evals = s.get("eval/success", {})
+    positions = run / f"positions-{HELDOUT_POSITIONS}.json"
+    heldout = json.loads(positions.read_text())["own_success_heldout"][0] if positions.exists() else None
     return {
         "run": run.name,
         "method": res["method"],
@@ -55,6 +60,7 @@ def summarize(run: Path) -> dict[str, object]:
         "steps": res.get("global_step"),
         "success": success,
         "success_heldout": (res.get("eval_curves", {}).get(res["tasks"][0], {}).get("success_heldout") or [None])[-1],
+        "success_heldout_25": heldout,
         "updates": len(steps),
         "collapsed_share": share,
         "logged_collapsed_share": (lambda v: sum(v) / len(v) if v else None)(list(s.get("train/sphere_collapsed", {}).values())),
@@ -78,11 +84,12 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
     rows = [summarize(r.parent) for r in sorted(args.root.rglob("results.json"))]
-    print("| run | success (train / held out) | latest evaluation (step) | updates collapsed | λ > 1e4 | penalty exactly 0 | λ max | penalty min | tr(G) ratio, median | last-hidden units at 0, last probe | r_e(K) held out, end | online features 0 | passes |")
+    print("| run | success (train / held out, 5 / 25 positions) | latest evaluation (step) | updates collapsed | λ > 1e4 | penalty exactly 0 | λ max | penalty min | tr(G) ratio, median | last-hidden units at 0, last probe | r_e(K) held out, end | online features 0 | passes |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         pct = lambda v: "—" if v is None else f"{100 * v:.0f}%"  # noqa: E731
-        succ = "unfinished" if r["success"] is None else f"{r['success']:.2f} / {r['success_heldout']:.2f}"
+        h25 = "—" if r["success_heldout_25"] is None else f"{r['success_heldout_25']:.2f}"
+        succ = "unfinished" if r["success"] is None else f"{r['success']:.2f} / {r['success_heldout']:.2f} / {h25}"
         rank = "—" if r["entk_rank_end"] is None else f"{r['entk_rank_end']:.2f}"
         num = lambda v: "—" if v is None else f"{v:.3g}"  # noqa: E731
         latest = "—" if r["eval_success_latest"] is None else f"{r['eval_success_latest']:.2f} ({r['eval_step_latest']:,})"
