@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rl_moe.regularizers.sphere import COLLAPSE_COEF, is_collapsed
 from rl_moe.report.scalars import load_scalars
+from rl_moe.rundir import RunDir
 
 PASS_SUCCESS, PASS_COLLAPSED = 0.9, 0.5
 #: The held-out positions ``python -m rl_moe.positions --heldout`` scores the docs' tables by; the
@@ -49,7 +50,7 @@ def summarize(run: Path) -> dict[str, object]:
     zero_tags = sorted((t for t in s if t.startswith("plasticity/dormant_ratio_tau0_l") and t.endswith("_online")), key=lambda t: int(t.split("_l")[-1].split("_")[0]))
     zeros = s[zero_tags[-1]] if zero_tags else {}
     evals = s.get("eval/success", {})
-    positions = run / f"positions-{HELDOUT_POSITIONS}.json"
+    positions = RunDir(run).positions(HELDOUT_POSITIONS)
     heldout = json.loads(positions.read_text())["own_success_heldout"][0] if positions.exists() else None
     return {
         "run": run.name,
