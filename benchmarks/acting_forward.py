@@ -22,7 +22,7 @@ it, so acting / forward is acting's overhead beyond the forward it needs (the pe
 ≤ 1.5).
 
     git worktree add --detach /tmp/rl_moe-base <commit>
-    OMP_NUM_THREADS=1 python benchmarks/acting_forward.py --baseline /tmp/rl_moe-base [--task hammer-v3] [--rounds 8]
+    OMP_NUM_THREADS=1 python benchmarks/acting_forward.py --baseline /tmp/rl_moe-base [--task hammer-v3] [--rounds 8] [--method topk]
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def _copied(step: tuple) -> tuple:  # type: ignore[type-arg]
     return tuple(x.copy() if hasattr(x, "copy") else x for x in step)
 
 
-def _worker(task_name: str, calls: int) -> None:
-    """Build the Top-K learner from whichever ``rl_moe`` is first on the path; per ``time`` line on
+def _worker(task_name: str, calls: int, method: str) -> None:
+    """Build ``method``'s learner (Top-K by default) from whichever ``rl_moe`` is first on the path; per ``time`` line on
     stdin print the thread CPU seconds of ``calls`` policy calls, per ``actions`` line a digest of
     the sampled actions on fixed states and seed."""
     import torch
@@ -58,7 +58,7 @@ def _worker(task_name: str, calls: int) -> None:
     from rl_moe.envs.factories import make_vec_env, task_factories
 
     torch.set_num_threads(1)
-    cfg = resolve(RunRequest(suite="cw10", method="topk", tasks=10, vec_env="dummy", device="cpu", overrides=("ppo.n_steps=256",)))
+    cfg = resolve(RunRequest(suite="cw10", method=method, tasks=10, vec_env="dummy", device="cpu", overrides=("ppo.n_steps=256",)))
     suite = suite_of(cfg)
     task = next(t for t in suite.tasks if t.name == task_name)
     env = make_vec_env(task_factories(suite, task, cfg.ppo.n_envs, 0), "dummy")
@@ -122,12 +122,13 @@ def main() -> None:
     p.add_argument("--task", default="hammer-v3")
     p.add_argument("--rounds", type=int, default=8, help="timed rounds per checkout, alternated a b b a")
     p.add_argument("--calls", type=int, default=500, help="policy calls per round")
+    p.add_argument("--method", default="topk", help="the --method whose learner both checkouts build (default: topk)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        _worker(args.task, args.calls)
+        _worker(args.task, args.calls, args.method)
         return
-    new, base = baseline_pair(args.baseline, "acting_forward.py", ["--task", args.task, "--calls", str(args.calls)])
+    new, base = baseline_pair(args.baseline, "acting_forward.py", ["--task", args.task, "--calls", str(args.calls), "--method", args.method])
     commit = {"new": describe(ROOT), "base": describe(args.baseline)}
     same = new.ask("actions")["actions"] == base.ask("actions")["actions"]
     seconds: dict[str, list[float]] = {"new": [], "base": []}
@@ -141,7 +142,7 @@ def main() -> None:
     base.close()
     pairs = [n / b for n, b in zip(seconds["new"], seconds["base"])]
     per_call = {k: statistics.median(v) / args.calls * 1e3 for k, v in seconds.items()}
-    print(f"cw10 {args.task}: Top-K policy call at batch 8, no autograd, 1 thread, {args.rounds} alternated rounds of {args.calls} calls")
+    print(f"cw10 {args.task}: --method {args.method} policy call at batch 8, no autograd, 1 thread, {args.rounds} alternated rounds of {args.calls} calls")
     print(f"  this checkout {commit['new']}: {per_call['new']:.3f} ms per call; baseline {commit['base']}: {per_call['base']:.3f} ms")
     print(f"  new / baseline: {statistics.median(pairs):.3f} (per-round ratios {min(pairs):.3f}–{max(pairs):.3f})")
     print(f"  sampled actions on the rollout's states, same seed: {'bit-identical' if same else 'DIFFERENT'}")

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from rl_moe.nn import NETWORK_KINDS, NetConfig, build_network
+from rl_moe.nn.dsc import frame_potential
 from rl_moe.nn.experts import StackedExperts, segment_matmul
 from rl_moe.nn.moe import load_balance_loss
 
@@ -171,10 +172,10 @@ def test_segment_matmul_without_autograd_is_bit_identical_to_the_autograd_path()
         assert segment_matmul(torch.randn(0, 39), w, (0, 0, 0)).shape == (0, 16)
 
 
-@pytest.mark.parametrize("kind", ["topk", "dense_moe", "ds", "expert_choice", "ssmoe", "soft", "mlp"])
+@pytest.mark.parametrize("kind", ["topk", "dense_moe", "ds", "expert_choice", "ssmoe", "soft", "mlp", "dsc"])
 def test_network_forward_without_autograd_is_bit_identical(kind):
     """The same numbers without autograd (acting, evaluation, probes), which also skips the gate's
-    load-balance loss: only a training forward's ``load_balance`` regularizer reads it."""
+    load-balance loss and DSC's auxiliary terms: only a training forward's regularizers read them."""
     torch.manual_seed(6)
     net = build_network(39, 4, NetConfig(kind=kind, n_experts=10, top_k=2, hidden=(32, 32), gate_hidden=(32,)))
     x = torch.randn(8, 39)
@@ -186,10 +187,14 @@ def test_network_forward_without_autograd_is_bit_identical(kind):
         assert g.dispatch.counts == h.dispatch.counts
         for a, b in zip(g.expert.hidden, h.expert.hidden):
             assert torch.equal(a.detach(), b)
-    if kind != "mlp":  # the dense baseline has no gate
+    if kind not in ("mlp", "dsc"):  # the dense baseline has no gate; DSC's terms are its own
         expected = load_balance_loss(with_grad.logits.detach(), with_grad.probs.detach() > 0)  # the routing's own selection
         assert with_grad.aux.load_balance.requires_grad and torch.equal(with_grad.aux.load_balance.detach(), expected)
-    assert without.aux.load_balance is None
+    if kind == "dsc":  # the frame potential of every bank (DSC Eq. 11), one signal per branch
+        frame = sum(frame_potential(u) + frame_potential(v) for u, v in (b.atoms() for b in net.branches))
+        assert with_grad.aux.dsc.frame.requires_grad and torch.equal(with_grad.aux.dsc.frame.detach(), frame.detach())
+        assert with_grad.aux.dsc.signal.shape == (len(net.branches),)
+    assert without.aux.load_balance is None and without.aux.dsc is None
 
 
 @pytest.mark.parametrize("kind", NETWORK_KINDS)

@@ -140,7 +140,8 @@ class DSCNet(NetworkParts, nn.Module):
     its features) and the last branch's routing: ``probs`` (N, M) the simplex direction phi/S on
     the selected atoms, ``indices`` (N, K), ``logits`` (N, M). ``aux.dsc`` holds the balance,
     frame and z terms summed over branches and ``signal`` (L,), each branch's batch
-    mean S for the budget loss (Eq. 10), whose target mu belongs to the regularizer.
+    mean S for the budget loss (Eq. 10), whose target mu belongs to the regularizer; a forward
+    without autograd leaves it None (:func:`dsc_aux`).
     """
 
     def __init__(self, in_dim: int, out_dim: int, cfg: NetConfig, out_gain: float = 1.0) -> None:
@@ -182,11 +183,22 @@ class DSCNet(NetworkParts, nn.Module):
         last = passes[-1]
         direction = last.coef / torch.tanh(last.signal).clamp_min(DSC_EPS)[:, None]  # (N, K) phi/(S+eps)
         probs = torch.zeros_like(last.logits).scatter(1, last.indices, direction)
-        frame = sum(frame_potential(u) + frame_potential(v) for u, v in (b.atoms() for b in self.branches))
-        aux = AuxLosses(dsc=DSCLosses(
-            balance=sum(dsc_balance_loss(p.logits) for p in passes),
-            frame=frame,
-            z=sum(dsc_z_loss(p.logits) for p in passes),
-            signal=torch.stack([p.signal.mean() for p in passes]),
-        ))
+        aux = dsc_aux(self.branches, passes) if torch.is_grad_enabled() else AuxLosses()
         return MoEOutput(out, probs, last.indices, last.logits, last.routed, (group,), aux)
+
+
+def dsc_aux(branches: nn.ModuleList, passes: list[DSCPass]) -> AuxLosses:
+    """DSC's auxiliary losses summed over the branches, for a forward with autograd only.
+
+    Only a training forward's regularizer (:class:`rl_moe.regularizers.dsc.DSCAux`) reads them, so
+    acting, evaluation and the probes skip them, as :func:`rl_moe.nn.moe.balance_aux` skips the
+    gate's load balance: the frame potential alone is an (M, M) Gram of every bank, larger than the
+    network's own products at the rollout's batch of 8.
+    """
+    frame = sum(frame_potential(u) + frame_potential(v) for u, v in (b.atoms() for b in branches))
+    return AuxLosses(dsc=DSCLosses(
+        balance=sum(dsc_balance_loss(p.logits) for p in passes),
+        frame=frame,
+        z=sum(dsc_z_loss(p.logits) for p in passes),
+        signal=torch.stack([p.signal.mean() for p in passes]),
+    ))  # fmt: skip

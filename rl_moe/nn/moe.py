@@ -40,7 +40,7 @@ class AuxLosses(NamedTuple):
     """Auxiliary losses a network computes on its own batch (None where it has none)."""
 
     load_balance: Tensor | None = None  # () Switch-style load balance of the gate (with autograd only)
-    dsc: DSCLosses | None = None
+    dsc: DSCLosses | None = None  # DSC's terms (with autograd only)
 
 
 class MoEOutput(NamedTuple):
