@@ -138,3 +138,44 @@ def test_old_net_section_loads_and_round_trips() -> None:
     assert RunConfig.from_dict(cfg.to_dict()).net == cfg.net
     assert cfg.net.network(kind="mlp") == NetConfig(kind="mlp", n_experts=4, hidden=(32, 32), gate_hidden=(16,))
     assert NetSettings(n_experts=1).top_k == 2  # checked later, once every --set is in
+
+
+def test_frozen_forwards_reuse_the_normalized_weight_until_it_changes() -> None:
+    """Eval mode without autograd (acting, evaluation) reuses W / sigma while the weight and the
+    vectors are unchanged, and recomputes it after an optimizer step or a loaded state."""
+    obs, act = spaces.Box(-1, 1, (5,), np.float32), spaces.Box(-1, 1, (2,), np.float32)
+    actor = NetConfig(spectral_norm=True, **ARCH)
+    policy = MoEActorCriticPolicy(obs, act, lambda _: 1e-2, actor_cfg=actor, critic_cfg=NetConfig(kind="mlp", **ARCH))
+    ref = role_hidden_weights(policy.roles()["actor"])[0]
+    x = torch.randn(8, 5)
+
+    def frozen() -> torch.Tensor:
+        with torch.no_grad():
+            return ref.tensor
+
+    def recomputed() -> torch.Tensor:
+        return ref.tensor.detach()  # with autograd: never reused
+
+    policy.set_training_mode(False)
+    first = frozen()
+    assert frozen() is first and torch.equal(first, recomputed())
+    policy.set_training_mode(True)  # a training forward runs a power step: new vectors
+    policy.actor_net(x)
+    policy.set_training_mode(False)
+    after_power = frozen()
+    assert after_power is not first and torch.equal(after_power, recomputed())
+    saved = {k: v.clone() for k, v in policy.state_dict().items()}
+    policy.set_training_mode(True)
+    policy.optimizer.zero_grad()
+    policy.actor_net(x).out.sum().backward()
+    policy.optimizer.step()  # fused Adam, in place
+    policy.set_training_mode(False)
+    stepped = frozen()
+    assert not torch.equal(stepped, after_power) and torch.equal(stepped, recomputed())
+    policy.load_state_dict(saved)  # in place as well
+    restored = frozen()
+    assert torch.equal(restored, after_power) and torch.equal(restored, recomputed())
+    with torch.no_grad():  # the cache changes no number: the policy's actions, reused or not
+        reused = policy(x, deterministic=True)[0]
+    assert frozen() is restored
+    assert torch.equal(reused, policy(x, deterministic=True)[0].detach())
