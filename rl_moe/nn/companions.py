@@ -46,7 +46,6 @@ def ev_mixed_route(
     emb, logits = gate(x)  # (N, G), (N, E)
     if alpha == 0.0:
         return emb, logits, topk_routing(logits, k, temperature, static_shapes_enabled())
-
     def build() -> Tensor:
         with torch.no_grad():
             dirs = gate_directions(gate)  # (E, in) router embeddings r_i
