@@ -59,24 +59,6 @@ def _proxy_gradients(net: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor
     return list(torch.autograd.grad(out.out.pow(2).sum(), list(dense.experts.weights)))
 
 
-def test_sdmoe_composes_its_weights_once_for_calls_without_autograd() -> None:
-    """Without autograd W_c + W_u is reused while the parameters are unchanged (acting's calls);
-    with autograd it goes through the split whose backward is Eqs. 9-10."""
-    stack = _sd_net(2).experts
-    with torch.no_grad():
-        first = stack.layer_weights()
-        again = stack.layer_weights()
-    assert all(a is b for a, b in zip(first, again)) and first is not again
-    for w, c, u in zip(first, stack.common, stack.unique):
-        assert torch.equal(w, c.detach() + u.detach())
-    live = stack.layer_weights()
-    assert all(type(w.grad_fn).__name__ == "_SpectralSplitBackward" for w in live)
-    with torch.no_grad():
-        stack.unique[0].mul_(2.0)  # in place, as an optimizer step
-        moved = stack.layer_weights()
-    assert moved[0] is not first[0] and torch.equal(moved[0], stack.common[0].detach() + stack.unique[0].detach())
-
-
 def test_sdmoe_gradient_split_matches_eqs_9_10() -> None:
     net = _sd_net(1)
     x = torch.randn(40, 11)

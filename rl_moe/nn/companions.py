@@ -32,7 +32,7 @@ class SDMoE(RoutedMoE):
 
 
 def ev_mixed_route(
-    gate: GateMLP, experts: StackedExperts, x: Tensor, k: int, temperature: float, alpha: float, top_c: int, ev: LastValue[Tensor] | None = None
+    gate: GateMLP, experts: StackedExperts, x: Tensor, k: int, temperature: float, alpha: float, top_c: int, ev: LastValue | None = None
 ) -> tuple[Tensor, Tensor, Routing]:
     """(gate embedding, logits, routing) of SSMoE's router P = alpha P_EV + (1 - alpha) P_R
     (SSMoE Algorithm 1). ``logits`` is log P, or the gate's own logits when alpha = 0, where the
@@ -66,7 +66,7 @@ class SSMoE(RoutedMoE):
 
     def __init__(self, in_dim: int, out_dim: int, cfg: NetConfig, out_gain: float = 1.0) -> None:
         super().__init__(in_dim, out_dim, cfg, out_gain)
-        self._ev: LastValue[Tensor] = LastValue()
+        self._ev = LastValue()
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor, Routing]:
         cfg = self.cfg
@@ -86,7 +86,7 @@ class EVRerouted(NetworkParts, nn.Module):
         super().__init__()
         self.net, self.alpha, self.top_c = net, alpha, top_c
         self.n_experts, self.in_dim, self.out_dim = net.n_experts, net.in_dim, net.out_dim
-        self._ev: LastValue[Tensor] = LastValue()
+        self._ev = LastValue()
 
     @property
     def cfg(self) -> NetConfig:

@@ -11,36 +11,30 @@ so the value returned is always the one a fresh computation would give, bit for 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
 
 import torch
 from torch import Tensor
 
-T = TypeVar("T")
-
 
 def reuse_key(tensors: Sequence[Tensor]) -> tuple[int, ...] | None:
     """Identity, storage and version of each tensor; None where a value must not be reused: inside
-    a torch.func transform (wrapped tensors stand for other values), a CUDA graph's capture (the
-    graph must read the tensors themselves on every replay) or inference mode (its tensors are not
-    for use outside it)."""
-    if torch.is_inference_mode_enabled():
-        return None
+    a torch.func transform (wrapped tensors stand for other values) or a CUDA graph's capture (the
+    graph must read the tensors themselves on every replay)."""
     for t in tensors:
         if torch._C._functorch.is_functorch_wrapped_tensor(t) or (t.is_cuda and torch.cuda.is_current_stream_capturing()):
             return None
     return tuple(x for t in tensors for x in (id(t), t.data_ptr(), t._version))
 
 
-class LastValue(Generic[T]):
+class LastValue:
     """The last value computed from ``tensors``, returned again while they are unchanged."""
 
     def __init__(self) -> None:
         # (key, value, the tensors): they stay referenced beside their ids, so no other tensor can
         # take one of those ids while the entry lives.
-        self._entry: tuple[tuple[int, ...], T, tuple[Tensor, ...]] | None = None
+        self._entry: tuple[tuple[int, ...], Tensor, tuple[Tensor, ...]] | None = None
 
-    def get(self, tensors: Sequence[Tensor], compute: Callable[[], T]) -> T:
+    def get(self, tensors: Sequence[Tensor], compute: Callable[[], Tensor]) -> Tensor:
         """``compute()``, or its last result when ``tensors`` are the same tensors, unchanged."""
         key = reuse_key(tensors)
         if key is not None and self._entry is not None and self._entry[0] == key:

@@ -50,7 +50,7 @@ class StackedSpectralNorm(nn.Module):
         self.register_buffer("_u", F.normalize(u, dim=1, eps=eps))
         self.register_buffer("_v", F.normalize(v, dim=1, eps=eps))
         self._power(w, 15)
-        self._reused: LastValue[Tensor] = LastValue()
+        self._reused = LastValue()
 
     def _as_stack(self, weight: Tensor) -> Tensor:
         return weight if self.stacked else weight[None]
@@ -59,7 +59,7 @@ class StackedSpectralNorm(nn.Module):
         self._u, self._v = power_iteration(w, SingularPair(self._u, self._v), steps, self.eps)
 
     def forward(self, weight: Tensor) -> Tensor:
-        if self.training or self.always_update or torch.is_grad_enabled():
+        if self.training or self.always_update or torch.is_grad_enabled() or torch.is_inference_mode_enabled():
             return self._normalized(weight)
         # No power step and no autograd (acting, evaluation, the probes' no-grad passes): W / sigma
         # is a function of the weight and the vectors alone, and a rollout's calls share it. Each
