@@ -14,7 +14,6 @@ from rl_moe.nn.experts import StackedExperts
 from rl_moe.nn.gate import GateMLP
 from rl_moe.nn.moe import MoEOutput, RoutedMoE, balance_aux, run_routed
 from rl_moe.nn.parts import NetworkParts
-from rl_moe.nn.reuse import LastValue
 from rl_moe.nn.routing import Routing, topk_routing
 from rl_moe.nn.sdmoe import sdmoe_experts
 from rl_moe.nn.ssmoe import gate_directions, input_embeddings, mixed_probs, ssmoe_routing
@@ -32,27 +31,22 @@ class SDMoE(RoutedMoE):
 
 
 def ev_mixed_route(
-    gate: GateMLP, experts: StackedExperts, x: Tensor, k: int, temperature: float, alpha: float, top_c: int, ev: LastValue | None = None
+    gate: GateMLP, experts: StackedExperts, x: Tensor, k: int, temperature: float, alpha: float, top_c: int
 ) -> tuple[Tensor, Tensor, Routing]:
     """(gate embedding, logits, routing) of SSMoE's router P = alpha P_EV + (1 - alpha) P_R
     (SSMoE Algorithm 1). ``logits`` is log P, or the gate's own logits when alpha = 0, where the
     routing is exactly :func:`~rl_moe.nn.routing.topk_routing`.
 
-    The EV router W_EV depends on the weights only and is a constant for autograd, as Algorithm 1
-    pre-computes it; the logits x W_EV stay differentiable in x. It is rebuilt when the gate's or the
-    experts' weights changed since ``ev`` last held it (eigh of E in x in Grams, and the gate's
-    pull-back): a rollout's calls, with the weights fixed, share one.
+    The EV router W_EV depends on the weights only; it is rebuilt on every call (eigh of E in x in
+    Grams; well under a millisecond at E=10, in=39) and is a constant for autograd, as Algorithm 1
+    pre-computes it; the logits x W_EV stay differentiable in x.
     """
     emb, logits = gate(x)  # (N, G), (N, E)
     if alpha == 0.0:
         return emb, logits, topk_routing(logits, k, temperature, static_shapes_enabled())
-    def build() -> Tensor:
-        with torch.no_grad():
-            dirs = gate_directions(gate)  # (E, in) router embeddings r_i
-            return input_embeddings(experts.layer_weights()[0], dirs, top_c)  # (E, in) = W_EV^T
-
-    weights = [*gate.parameters(), *gate.buffers(), *experts.parameters(), *experts.buffers()]
-    w_ev = build() if ev is None else ev.get(weights, build)
+    with torch.no_grad():
+        dirs = gate_directions(gate)  # (E, in) router embeddings r_i
+        w_ev = input_embeddings(experts.layer_weights()[0], dirs, top_c)  # (E, in) = W_EV^T
     # W_EV is constant, but x stays differentiable: a TD3 critic's dQ/da must see how the action
     # moves the EV router's weights, as it sees the gate's.
     mixed = mixed_probs(logits, x @ w_ev.T, temperature, alpha)  # (N, E)
@@ -64,13 +58,9 @@ class SSMoE(RoutedMoE):
 
     Same parameters as :class:`RoutedMoE` (the EV router has none)."""
 
-    def __init__(self, in_dim: int, out_dim: int, cfg: NetConfig, out_gain: float = 1.0) -> None:
-        super().__init__(in_dim, out_dim, cfg, out_gain)
-        self._ev = LastValue()
-
     def route(self, x: Tensor) -> tuple[Tensor, Tensor, Routing]:
         cfg = self.cfg
-        return ev_mixed_route(self.gate, self.experts, x, cfg.top_k, cfg.temperature, cfg.ssmoe_alpha, cfg.ssmoe_top_c, self._ev)
+        return ev_mixed_route(self.gate, self.experts, x, cfg.top_k, cfg.temperature, cfg.ssmoe_alpha, cfg.ssmoe_top_c)
 
 
 class EVRerouted(NetworkParts, nn.Module):
@@ -86,7 +76,6 @@ class EVRerouted(NetworkParts, nn.Module):
         super().__init__()
         self.net, self.alpha, self.top_c = net, alpha, top_c
         self.n_experts, self.in_dim, self.out_dim = net.n_experts, net.in_dim, net.out_dim
-        self._ev = LastValue()
 
     @property
     def cfg(self) -> NetConfig:
@@ -101,7 +90,7 @@ class EVRerouted(NetworkParts, nn.Module):
 
     def forward(self, x: Tensor) -> MoEOutput:
         cfg = self.net.cfg
-        emb, logits, routing = ev_mixed_route(self.net.gate, self.net.experts, x, cfg.top_k, cfg.temperature, self.alpha, self.top_c, self._ev)
+        emb, logits, routing = ev_mixed_route(self.net.gate, self.net.experts, x, cfg.top_k, cfg.temperature, self.alpha, self.top_c)
         out, group = run_routed(self.net.experts, x, routing)
         aux = balance_aux(logits, routing.mask)
         return MoEOutput(out, routing.probs, routing.indices, logits, emb, (group,), aux)
