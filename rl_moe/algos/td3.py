@@ -123,7 +123,7 @@ class MoETD3(RegularizedMixin, TD3):
         regularized_backward(self.regularizers, ctx, actor_loss, actor_loss.new_zeros(()), self.actor.parameters(), terms)
         self.actor.optimizer.step()
         after_step(self, "td3_actor")
-        # SB3's polyak_update is foreach in place: no copies, no host reads.
+        # SB3's polyak_update writes in place, tensor by tensor: no copies, no host reads.
         polyak_update(self.critic.parameters(), self.critic_target.parameters(), self.tau)
         polyak_update(self.actor.parameters(), self.actor_target.parameters(), self.tau)
         polyak_update(self.critic_batch_norm_stats, self.critic_batch_norm_stats_target, 1.0)
