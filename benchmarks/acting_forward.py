@@ -9,8 +9,8 @@ parts move by ±5–15% with the neighbours' load.
 
 Two worker processes, one importing this checkout's ``rl_moe`` and one a baseline's
 (``--baseline``, a ``git worktree`` of the older commit), each build the learner as
-``python -m rl_moe.crl --suite cw10 --method topk`` does, collect one rollout (so that routing is
-the trained-from-init routing of real states), and then time ``--calls`` policy calls on those
+``python -m rl_moe.crl --suite cw10 --method topk`` does (``--method`` picks another), collect one
+rollout (so that routing is the trained-from-init routing of real states), and then time ``--calls`` policy calls on those
 states per round, in thread CPU time. Rounds alternate a b b a; the ratio is the median of the
 per-pair ratios. Both workers' actions on the same states and seed are compared bit for bit.
 
@@ -47,9 +47,9 @@ def _copied(step: tuple) -> tuple:  # type: ignore[type-arg]
 
 
 def _worker(task_name: str, calls: int, method: str) -> None:
-    """Build ``method``'s learner (Top-K by default) from whichever ``rl_moe`` is first on the path; per ``time`` line on
-    stdin print the thread CPU seconds of ``calls`` policy calls, per ``actions`` line a digest of
-    the sampled actions on fixed states and seed."""
+    """Build ``method``'s learner from whichever ``rl_moe`` is first on the path; per ``time`` line
+    on stdin print the thread CPU seconds of ``calls`` policy calls, per ``actions`` line a digest
+    of the sampled actions on fixed states and seed."""
     import torch
 
     import rl_moe

@@ -35,11 +35,14 @@ from rl_moe.errors import UsageError
 from rl_moe.run_reader import load_task_model, read_run
 from rl_moe.rundir import RunDir
 
+#: Held-out positions per task by default: the count the docs' held-out columns are scored at.
+DEFAULT_HELDOUT = 25
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = UsageParser(prog="python -m rl_moe.positions", description="Score a run's task checkpoints on many held-out positions.")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by python -m rl_moe.crl")
-    p.add_argument("--heldout", type=int, default=25, help="held-out positions per task (default 25; the run's own come first)")
+    p.add_argument("--heldout", type=int, default=DEFAULT_HELDOUT, help=f"held-out positions per task (default {DEFAULT_HELDOUT}; the run's own come first)")
     p.add_argument("--episodes", type=int, default=1, help="episodes per position (default 1: fixed positions, deterministic policy)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     return p

@@ -19,14 +19,15 @@ import json
 import statistics
 from pathlib import Path
 
+from rl_moe.positions import DEFAULT_HELDOUT
 from rl_moe.regularizers.sphere import COLLAPSE_COEF, is_collapsed
 from rl_moe.report.scalars import load_scalars
 from rl_moe.rundir import RunDir
 
 PASS_SUCCESS, PASS_COLLAPSED = 0.9, 0.5
-#: The held-out positions ``python -m rl_moe.positions --heldout`` scores the docs' tables by; the
-#: run's own ``success_heldout`` is its periodic evaluation's 5 positions.
-HELDOUT_POSITIONS = 25
+#: The held-out positions ``python -m rl_moe.positions`` scores the docs' tables by (its default);
+#: the run's own ``success_heldout`` is its periodic evaluation's 5 positions.
+HELDOUT_POSITIONS = DEFAULT_HELDOUT
 
 
 def _scalars(run: Path) -> dict[str, dict[float, float]]:

@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from rl_moe.positions import DEFAULT_HELDOUT
 from rl_moe.rundir import RunDir
 from tools._doc_tables import check_or_write, replaced_table
 
@@ -79,7 +80,7 @@ def rows(folder: Path = FOLDER) -> tuple[list[str], list[str]]:
     for run, res in runs:
         if res["tasks"] != tasks:
             raise TableError(f"{run.name}: tasks {res['tasks']} differ from {tasks}")
-        pos = RunDir(run).positions(25)
+        pos = RunDir(run).positions(DEFAULT_HELDOUT)
         held = json.loads(pos.read_text())["own_success_heldout"] if pos.exists() else [None] * len(tasks)
         cells = [f"{own:.2f}" + ("" if h is None else f" ({h:.2f})") for own, h in zip(res["own_success"], held)]
         label = f"{METHODS.get(res['method'], res['method'])} seed {res['seed']}"
