@@ -11,7 +11,8 @@ Two worker processes, one importing this checkout's ``rl_moe`` and one a baselin
 (``--baseline``, a ``git worktree`` of the older commit), each build the learner as
 ``python -m rl_moe.crl --suite cw10 --method topk`` does (``--method`` picks another), collect one
 rollout (so that routing is the trained-from-init routing of real states), and then time ``--calls`` policy calls on those
-states per round, in thread CPU time. Rounds alternate a b b a; the ratio is the median of the
+states per round, in thread CPU time, inside the scope a rollout holds open where the checkout has one
+(``rl_moe.nn.reuse.weights_fixed``: values of the weights alone are computed once per round). Rounds alternate a b b a; the ratio is the median of the
 per-pair ratios. Both workers' actions on the same states and seed are compared bit for bit.
 
 The same rounds also time acting as each checkout's rollout does it: SB3's ``collect_rollouts``
@@ -58,6 +59,10 @@ def _worker(task_name: str, calls: int, method: str) -> None:
     from rl_moe.envs.factories import make_vec_env, task_factories
 
     torch.set_num_threads(1)
+    try:  # the scope a rollout holds open, in checkouts that have one (rl_moe.nn.reuse)
+        from rl_moe.nn.reuse import weights_fixed as rollout_scope
+    except ImportError:
+        from contextlib import nullcontext as rollout_scope
     cfg = resolve(RunRequest(suite="cw10", method=method, tasks=10, vec_env="dummy", device="cpu", overrides=("ppo.n_steps=256",)))
     suite = suite_of(cfg)
     task = next(t for t in suite.tasks if t.name == task_name)
@@ -102,7 +107,7 @@ def _worker(task_name: str, calls: int, method: str) -> None:
             env.step_wait, policy.forward = recording_step_wait, real_forward
             print(json.dumps({"seconds": seconds, "forward": forward_seconds[0]}), flush=True)
             continue
-        with torch.no_grad():
+        with torch.no_grad(), rollout_scope():
             if line.strip() == "actions":
                 torch.manual_seed(0)
                 digest = hashlib.sha256()

@@ -218,7 +218,7 @@ class _CheckFlag(BaseCallback):
         return True
 
 
-class _PendulumEvalEnvs(EvalEnvs):
+class PendulumEvalEnvs(EvalEnvs):
     """Evaluation envs over Pendulum (200-step episodes), for evaluate()."""
 
     def __init__(self) -> None:
@@ -247,6 +247,6 @@ def test_cpu_rollouts_and_evaluations_build_distributions_without_argument_check
         return predict(obs, deterministic=deterministic)
 
     monkeypatch.setattr(model, "predict", recording)
-    assert evaluate(model, _PendulumEvalEnvs(), 2).n_episodes == 2
+    assert evaluate(model, PendulumEvalEnvs(), 2).n_episodes == 2
     assert seen and not any(seen)
     assert torch.distributions.Distribution._validate_args == default

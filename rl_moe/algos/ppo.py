@@ -25,6 +25,7 @@ from rl_moe.algos.kl_lr import KLAdaptiveLR
 from rl_moe.algos.update import FAST_MODES, PPOUpdate, no_distribution_checks, update_unsupported_reason
 from rl_moe.regularizers.hooks import Regularizer
 from rl_moe.algos.rollout import DeviceRolloutBuffer, GraphedActing, acting_unsupported_reason
+from rl_moe.nn.reuse import weights_fixed
 from rl_moe.nn.static import static_shapes
 
 
@@ -119,14 +120,15 @@ class MoEPPO(RegularizedMixin, PPO):
         fast, acting = self._fast_updater(), self._acting_graph()
         # Acting without the distribution's argument check on every step (a host sync; on a CPU
         # about 5% of a policy call at batch 8): the learner's NaN guard checks the weights once
-        # per update instead, as for the update's own distributions.
+        # per update instead, as for the update's own distributions. No weight is written during a
+        # rollout, so its calls share the values of the weights alone (rl_moe.nn.reuse).
         if fast is None:
-            with no_distribution_checks():
+            with no_distribution_checks(), weights_fixed():
                 running = super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
         else:
             # With static MoE shapes where the update uses them (a handful of states per step:
             # sorting rows costs more than it saves).
-            with no_distribution_checks(), static_shapes(fast.static), acting.installed() if acting else nullcontext():
+            with no_distribution_checks(), weights_fixed(), static_shapes(fast.static), acting.installed() if acting else nullcontext():
                 running = super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
         if isinstance(rollout_buffer, DeviceRolloutBuffer):  # also a rollout a callback stopped
             rollout_buffer.flush()

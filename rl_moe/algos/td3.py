@@ -13,6 +13,7 @@ from rl_moe.algos.backward import regularized_backward
 from rl_moe.algos.common import DeviceTermLog, RegularizedMixin, after_step, record_update_logs
 from rl_moe.algos.update import FAST_MODES
 from rl_moe.regularizers.hooks import Regularizer, loss_context
+from rl_moe.nn.reuse import weights_fixed
 from rl_moe.nn.static import static_shapes
 from rl_moe.policies import act_with_output, q_values_with_outputs
 
@@ -55,7 +56,9 @@ class MoETD3(RegularizedMixin, TD3):
         return self.fast_update == "on" or (self.fast_update == "auto" and self.device.type == "cuda")
 
     def collect_rollouts(self, *args: Any, **kwargs: Any) -> Any:
-        with static_shapes(self.static_layout):
+        # SB3 trains between collections, never inside one: a collection's calls may share the
+        # values of the weights alone (rl_moe.nn.reuse).
+        with static_shapes(self.static_layout), weights_fixed():
             return super().collect_rollouts(*args, **kwargs)
 
     def dump_logs(self) -> None:

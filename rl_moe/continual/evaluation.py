@@ -22,6 +22,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
 
 from rl_moe.algos.update import no_distribution_checks
 from rl_moe.envs.factories import EnvFactory, make_vec_env, may_pool
+from rl_moe.nn.reuse import weights_fixed
 from rl_moe.tblog import dump_keys
 
 
@@ -207,7 +208,9 @@ def evaluate(
     env_of: list[int] = []
     try:
         obs = venv.reset()
-        with mode_set_once(model), no_distribution_checks():  # as acting: the NaN guard checks the weights
+        # As acting: the NaN guard checks the weights, and the episodes' calls share the values of
+        # the weights alone (rl_moe.nn.reuse).
+        with mode_set_once(model), no_distribution_checks(), weights_fixed():
             while (done_count < quota).any():
                 actions, _ = model.predict(obs, deterministic=True)  # type: ignore[arg-type]
                 obs, _, dones, infos = venv.step(actions)

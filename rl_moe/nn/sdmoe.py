@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from rl_moe.nn.config import NetConfig
 from rl_moe.nn.experts import StackedExperts
+from rl_moe.nn.reuse import ScopedValue
 
 
 def shared_rank(in_dim: int, out_dim: int, fraction: float) -> int:
@@ -79,6 +80,7 @@ class SpectralExperts(StackedExperts):
 
     def __init__(self, *args: Any, rank_fraction: float = 0.01, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._reused: ScopedValue[list[Tensor]] = ScopedValue()
         dense = list(self._modules.pop("weights"))  # orthogonal draws: their spectra seed Eq. 6
         self.common = nn.ParameterList()
         self.unique = nn.ParameterList()
@@ -113,6 +115,15 @@ class SpectralExperts(StackedExperts):
         return self.get_buffer(f"basis_in_{layer}"), self.get_buffer(f"basis_out_{layer}")
 
     def layer_weights(self) -> list[Tensor]:
+        if torch.is_grad_enabled():  # through the split, whose backward is Eqs. 9-10
+            return self._composed()
+        # Without autograd W_c + W_u is a function of the parameters alone, so the calls of one
+        # :func:`~rl_moe.nn.reuse.weights_fixed` scope (a rollout, an evaluation) share it: adding
+        # every layer again on each call had cost about as much as the rest of a policy call at
+        # batch 8 (benchmarks/README.md). A new list, so a caller may change the list itself.
+        return list(self._reused.get([*self.common, *self.unique, *self.buffers()], self._composed))
+
+    def _composed(self) -> list[Tensor]:
         return [_SpectralSplit.apply(c, u, *self.bases(i)) for i, (c, u) in enumerate(zip(self.common, self.unique))]
 
     @property

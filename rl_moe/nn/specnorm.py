@@ -25,6 +25,7 @@ from torch.nn.utils import parametrize
 from rl_moe.maths import SingularPair, power_iteration, top_singular_value
 from rl_moe.nn.experts import StackedExperts
 from rl_moe.nn.parts import MoENetwork
+from rl_moe.nn.reuse import ScopedValue
 
 
 class StackedSpectralNorm(nn.Module):
@@ -49,6 +50,7 @@ class StackedSpectralNorm(nn.Module):
         self.register_buffer("_u", F.normalize(u, dim=1, eps=eps))
         self.register_buffer("_v", F.normalize(v, dim=1, eps=eps))
         self._power(w, 15)
+        self._reused: ScopedValue[Tensor] = ScopedValue()
 
     def _as_stack(self, weight: Tensor) -> Tensor:
         return weight if self.stacked else weight[None]
@@ -57,6 +59,15 @@ class StackedSpectralNorm(nn.Module):
         self._u, self._v = power_iteration(w, SingularPair(self._u, self._v), steps, self.eps)
 
     def forward(self, weight: Tensor) -> Tensor:
+        if self.training or self.always_update or torch.is_grad_enabled():
+            return self._normalized(weight)
+        # No power step and no autograd: W / sigma is a function of the weight and the vectors
+        # alone, so a rollout's or an evaluation's calls (within :func:`~rl_moe.nn.reuse.weights_fixed`)
+        # share one. Dividing every hidden weight again on each call had cost several times the
+        # rest of a policy call at batch 8 (benchmarks/README.md, ``acting_forward.py``).
+        return self._reused.get((weight, self._u, self._v), lambda: self._normalized(weight))
+
+    def _normalized(self, weight: Tensor) -> Tensor:
         w = self._as_stack(weight)  # (E, a, b)
         if self.training or self.always_update:
             self._power(w.detach(), self.n_power_iterations)

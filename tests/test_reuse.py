@@ -1,0 +1,202 @@
+"""rl_moe.nn.reuse: values of the weights alone are reused only inside a ``weights_fixed`` scope,
+and never returned stale after an update, whichever way the update writes the weights."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import gymnasium as gym
+import pytest
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.utils import polyak_update
+
+from rl_moe.algos import MoETD3
+from rl_moe.continual.evaluation import evaluate
+from rl_moe.nn import NetConfig, build_network
+from rl_moe.nn.reuse import ScopedValue, reuse_key, weights_fixed
+from rl_moe.policies import MoETD3Policy
+from tests.conftest import NETS, moe_ppo
+from tests.test_rollout import PendulumEvalEnvs
+
+#: The networks that reuse a value of their weights: (network kind, other NetConfig fields).
+REUSERS: dict[str, tuple[str, dict[str, object]]] = {
+    "specnorm": ("topk", {"spectral_norm": True}),
+    "ssmoe": ("ssmoe", {}),
+    "sdmoe": ("sdmoe", {"sd_rank_fraction": 0.1}),
+}
+
+
+def _policy_kwargs(name: str) -> dict[str, object]:
+    kind, fields = REUSERS[name]
+    return {"moe": kind, **NETS["small"], **fields}
+
+
+def _counted(calls: list[int], value: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+    return lambda: calls.append(1) or value()
+
+
+def test_reused_only_within_one_scope() -> None:
+    w = torch.nn.Parameter(torch.randn(3, 4))
+    calls: list[int] = []
+    compute = _counted(calls, lambda: w.detach() * 2)
+    cache: ScopedValue[torch.Tensor] = ScopedValue()
+    cache.get((w,), compute)
+    cache.get((w,), compute)
+    assert len(calls) == 2  # outside a scope: every call computes
+    with weights_fixed():
+        first = cache.get((w,), compute)
+        with weights_fixed():  # nested: the outer scope holds
+            assert cache.get((w,), compute) is first
+        assert cache.get((w,), compute) is first and len(calls) == 3
+    with weights_fixed():  # a new scope: computed again
+        assert cache.get((w,), compute) is not first and len(calls) == 4
+    assert reuse_key((w,)) is None
+
+
+def test_in_scope_changes_that_are_visible_still_recompute() -> None:
+    """A load (in place: the version moves), new storage, or other tensors in the same place (as
+    ``torch.func.functional_call`` passes) each compute again inside a scope."""
+    w, b = torch.nn.Parameter(torch.randn(3, 4)), torch.randn(4)
+    calls: list[int] = []
+    compute = _counted(calls, lambda: (w.detach() * 2 + b).sum(0))
+    cache: ScopedValue[torch.Tensor] = ScopedValue()
+    with weights_fixed():
+        cache.get((w, b), compute)
+        with torch.no_grad():
+            w.copy_(torch.randn(3, 4))
+        assert torch.equal(cache.get((w, b), compute), (w.detach() * 2 + b).sum(0)) and len(calls) == 2
+        w.data = torch.randn(3, 4)
+        assert torch.equal(cache.get((w, b), compute), (w.detach() * 2 + b).sum(0)) and len(calls) == 3
+        cache.get((w, b.clone()), compute)
+        assert len(calls) == 4
+
+
+def test_no_reuse_in_a_torch_func_transform_inference_mode_or_a_copy() -> None:
+    w = torch.randn(5)
+    cache: ScopedValue[torch.Tensor] = ScopedValue()
+    with weights_fixed():
+        cache.get((w,), lambda: w * 2)
+        seen = []
+
+        def f(x: torch.Tensor) -> torch.Tensor:
+            seen.append(reuse_key((x,)))
+            return cache.get((x,), lambda: x * 3)
+
+        x = torch.randn(2, 5)
+        assert torch.equal(torch.func.vmap(f)(x), x * 3) and seen == [None]
+        with torch.inference_mode():
+            assert reuse_key((w,)) is None
+        calls: list[int] = []
+        copy.deepcopy(cache).get((w,), _counted(calls, lambda: w * 2))
+        assert calls == [1]  # a copy starts empty: its tensors would be other tensors
+
+
+def _net(name: str, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    kind, fields = REUSERS[name]
+    return build_network(11, 3, NetConfig(kind=kind, **{**NETS["small"], **fields}))  # type: ignore[arg-type]
+
+
+def _acting(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Two calls as a rollout makes them; the second must reuse (and equal) the first's value."""
+    net.eval()
+    with torch.no_grad(), weights_fixed():
+        first = net(x).out
+        assert torch.equal(net(x).out, first)
+    return first
+
+
+def _fresh(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The same call on a copy, which holds nothing reused."""
+    other = copy.deepcopy(net).eval()
+    with torch.no_grad():
+        return other(x).out
+
+
+@pytest.mark.parametrize("name", sorted(REUSERS))
+def test_the_next_scope_sees_a_fused_adam_step_and_a_polyak_update(name: str) -> None:
+    """The two writes the parameters' versions do not record (fused Adam; SB3's ``polyak_update``,
+    through ``.data``): the next rollout's calls compute with the new weights."""
+    net, x = _net(name), torch.randn(8, 11)
+    opt = torch.optim.Adam(net.parameters(), lr=0.05, fused=True)
+    before = _acting(net, x)
+    versions = [p._version for p in net.parameters()]
+    net.train()
+    opt.zero_grad()
+    net(x).out.pow(2).sum().backward()
+    opt.step()
+    assert [p._version for p in net.parameters()] == versions  # the reason a version key fails
+    after = _acting(net, x)
+    assert not torch.equal(after, before) and torch.equal(after, _fresh(net, x))
+    polyak_update(_net(name, seed=1).parameters(), net.parameters(), 0.5)
+    averaged = _acting(net, x)
+    assert not torch.equal(averaged, after) and torch.equal(averaged, _fresh(net, x))
+
+
+@pytest.mark.parametrize("name", sorted(REUSERS))
+def test_within_a_scope_the_value_is_computed_once(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    computed: list[int] = []
+    real = ScopedValue.get
+    monkeypatch.setattr(ScopedValue, "get", lambda self, tensors, compute: real(self, tensors, _counted(computed, compute)))
+    net, x = _net(name), torch.randn(8, 11)
+    _acting(net, x)
+    once = len(computed)
+    with torch.no_grad(), weights_fixed():
+        for _ in range(5):
+            net(x)
+    assert once >= 1 and len(computed) == 2 * once  # one scope, one value per reusing module
+
+
+class _AgainstFresh(BaseCallback):
+    """At every env step of a collection (inside its scope), the acting network's output on the
+    step's observations against a copy's: any stale reuse shows as a difference."""
+
+    def __init__(self, net: Callable[[], torch.nn.Module], obs: Callable[[], torch.Tensor]) -> None:
+        super().__init__()
+        self.net, self.obs = net, obs
+        self.checked, self.worst, self.outside = 0, 0.0, 0
+
+    def _on_step(self) -> bool:
+        self.outside += reuse_key(()) is None  # the collection holds its scope open
+        net, x = self.net(), self.obs()
+        with torch.no_grad():
+            used = net(x).out
+        self.worst = max(self.worst, float((used - _fresh(net, x)).abs().max()))
+        self.checked += 1
+        return True
+
+
+@pytest.mark.parametrize("fast", ["off", "on"])
+@pytest.mark.parametrize("name", sorted(REUSERS))
+def test_ppo_rollouts_after_updates_act_on_the_current_weights(name: str, fast: str) -> None:
+    """SB3's rollout and the device-batch one (``cw10``'s)."""
+    model = moe_ppo(net="small", kind=None, policy_kwargs=_policy_kwargs(name), fast_update=fast)
+    assert (model.fast_path_reason() is None) == (fast == "on")
+    check = _AgainstFresh(lambda: model.policy.mlp_extractor.actor_net, lambda: torch.as_tensor(model._last_obs, dtype=torch.float32))
+    model.learn(3 * 64 * 2, callback=check)  # three rollouts, two fused-Adam updates between them
+    assert check.checked == 3 * 64 and check.worst == 0.0 and check.outside == 0
+
+
+@pytest.mark.parametrize("name", sorted(REUSERS))
+def test_td3_collections_after_updates_act_on_the_current_weights(name: str) -> None:
+    model = MoETD3(MoETD3Policy, gym.make("Pendulum-v1"), regularizers=[], learning_starts=16, batch_size=16, seed=0,
+                   device="cpu", policy_kwargs=_policy_kwargs(name))
+    check = _AgainstFresh(lambda: model.actor.net, lambda: torch.as_tensor(model._last_obs, dtype=torch.float32))
+    model.learn(48, callback=check)  # a gradient step (fused Adam) and a Polyak update after every step
+    assert check.checked == 48 and check.worst == 0.0 and check.outside == 0
+
+
+def test_an_evaluation_holds_one_scope_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, scopes = moe_ppo(), []
+    predict = model.predict
+
+    def recording(obs, state=None, episode_start=None, deterministic=False):  # type: ignore[no-untyped-def]
+        scopes.append(reuse_key(()))
+        return predict(obs, deterministic=deterministic)
+
+    monkeypatch.setattr(model, "predict", recording)
+    assert evaluate(model, PendulumEvalEnvs(), 2).n_episodes == 2
+    assert len(scopes) == 200 and scopes[0] is not None and set(scopes) == {scopes[0]}
+    assert reuse_key(()) is None
