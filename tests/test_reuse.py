@@ -56,8 +56,8 @@ def test_reused_only_within_one_scope() -> None:
 
 
 def test_in_scope_changes_that_are_visible_still_recompute() -> None:
-    """A load (in place: the version moves), new storage, or other tensors in the same place (as
-    ``torch.func.functional_call`` passes) each compute again inside a scope."""
+    """A load (in place: the version moves), new storage, or another tensor in the same place
+    each compute again inside a scope."""
     w, b = torch.nn.Parameter(torch.randn(3, 4)), torch.randn(4)
     calls: list[int] = []
     compute = _counted(calls, lambda: (w.detach() * 2 + b).sum(0))
@@ -84,10 +84,12 @@ def test_no_reuse_in_a_torch_func_transform_inference_mode_or_a_copy() -> None:
             seen.append(reuse_key((x,)))
             return cache.get((x,), lambda: x * 3)
 
-        x = torch.randn(2, 5)
-        assert torch.equal(torch.func.vmap(f)(x), x * 3) and seen == [None]
+        torch.func.vmap(f)(torch.randn(2, 5))
+        assert seen == [None]  # the wrapped tensor stands for each batch's own value
         with torch.inference_mode():
             assert reuse_key((w,)) is None
+            made_there = torch.randn(5)
+        assert reuse_key((made_there,)) is None  # an inference tensor has no version
         calls: list[int] = []
         copy.deepcopy(cache).get((w,), _counted(calls, lambda: w * 2))
         assert calls == [1]  # a copy starts empty: its tensors would be other tensors
@@ -133,6 +135,40 @@ def test_the_next_scope_sees_a_fused_adam_step_and_a_polyak_update(name: str) ->
     polyak_update(_net(name, seed=1).parameters(), net.parameters(), 0.5)
     averaged = _acting(net, x)
     assert not torch.equal(averaged, after) and torch.equal(averaged, _fresh(net, x))
+
+
+@pytest.mark.parametrize("name", sorted(REUSERS))
+def test_functional_call_with_other_weights_inside_a_scope(name: str) -> None:
+    """A probe may call the network with other weights (``torch.func.functional_call``) inside a
+    rollout's scope: it gets those weights' output, and the network's own reused value is intact."""
+    net, other, x = _net(name), _net(name, seed=1), torch.randn(8, 11)
+    other.eval()
+    with torch.no_grad():
+        expected = other(x).out
+    own = _acting(net, x)
+    with torch.no_grad(), weights_fixed():
+        net(x)
+        swapped = torch.func.functional_call(net, {**dict(other.named_parameters()), **dict(other.named_buffers())}, (x,)).out
+        again = net(x).out
+    assert torch.equal(swapped, expected) and torch.equal(again, own)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_cuda_graph_capture_computes_its_own_value() -> None:
+    """Warm-up calls before a capture fill the entry; the capture must not bake that tensor into
+    the graph, or every replay would read a value of the weights at capture time."""
+    w, calls = torch.randn(4, device="cuda"), []
+    cache: ScopedValue[torch.Tensor] = ScopedValue()
+    with weights_fixed():
+        cache.get((w,), _counted(calls, lambda: w * 2))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = cache.get((w,), _counted(calls, lambda: w * 2))
+    assert len(calls) == 2
+    w.mul_(3)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, w * 2)
 
 
 @pytest.mark.parametrize("name", sorted(REUSERS))

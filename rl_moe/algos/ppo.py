@@ -32,6 +32,10 @@ from rl_moe.nn.static import static_shapes
 class MoEPPO(RegularizedMixin, PPO):
     """SB3 PPO with regularizer hooks.
 
+    A rollout holds a :func:`~rl_moe.nn.reuse.weights_fixed` scope open, so its callbacks must
+    not write weights other than in place through ordinary tensor ops (``load_state_dict``,
+    ``copy_``): a ``.data`` write or a fused optimizer step is seen from the next rollout on.
+
     :param policy: policy class or name (e.g. :class:`~rl_moe.policies.MoEActorCriticPolicy`)
     :param env: environment
     :param regularizers: objects implementing :class:`~rl_moe.regularizers.Regularizer`

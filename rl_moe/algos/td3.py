@@ -32,6 +32,11 @@ class MoETD3(RegularizedMixin, TD3):
     layers also run with static shapes (:mod:`rl_moe.nn.static`), which on a GPU removes the
     routed dispatch's host syncs.
 
+    A collection holds a :func:`~rl_moe.nn.reuse.weights_fixed` scope open, so its callbacks must
+    not write weights other than in place through ordinary tensor ops (``load_state_dict``,
+    ``copy_``): a ``.data`` write, a fused optimizer step or ``polyak_update`` is seen from the next
+    collection on.
+
     :param policy: policy class or name (e.g. :class:`~rl_moe.policies.MoETD3Policy`)
     :param env: environment
     :param regularizers: objects implementing :class:`~rl_moe.regularizers.Regularizer`

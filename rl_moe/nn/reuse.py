@@ -8,7 +8,9 @@ The reuse rests on a declared scope, not on the tensors' versions: fused Adam (t
 default optimizer), SB3's ``polyak_update`` (which writes through ``.data``) and CUDA-graph replays
 all change parameters without bumping ``Tensor._version``, so no key built from the tensors alone
 can see every update. :func:`weights_fixed` declares that no weight is written until the block ends;
-the rollout and evaluation loops enter it, the updates never run inside it. A
+the rollout and evaluation loops enter it, the updates never run inside it. Code that runs inside
+one (an SB3 callback during a collection) must not write weights, or must write them in place
+through ordinary tensor ops (``load_state_dict``, ``copy_``), which move the version. A
 :class:`ScopedValue` returns its last value only within the scope it was computed in, for the same
 tensors at the same storage and version (so a ``torch.func.functional_call`` with other weights, or
 an in-place load inside the scope, still recomputes), and never inside a ``torch.func`` transform,
@@ -58,15 +60,21 @@ def weights_fixed() -> Iterator[None]:
             _scope.token = 0
 
 
+def in_scope() -> bool:
+    """Whether this thread is inside :func:`weights_fixed` (a caller may skip gathering the
+    tensors of a value it could not reuse anyway)."""
+    return _scope.token != 0
+
+
 def reuse_key(tensors: Sequence[Tensor]) -> tuple[int, ...] | None:
     """The open scope and each tensor's identity, storage and version; None where a value must not
     be reused: outside :func:`weights_fixed`, inside a ``torch.func`` transform (wrapped tensors
     stand for other values), during a CUDA graph's capture (the graph must read the tensors on
-    every replay) or in inference mode (its tensors are not for use outside it)."""
+    every replay), in inference mode or of an inference tensor (those have no version)."""
     if _scope.token == 0 or torch.is_inference_mode_enabled():
         return None
     for t in tensors:
-        if torch._C._functorch.is_functorch_wrapped_tensor(t) or (t.is_cuda and torch.cuda.is_current_stream_capturing()):
+        if t.is_inference() or torch._C._functorch.is_functorch_wrapped_tensor(t) or (t.is_cuda and torch.cuda.is_current_stream_capturing()):
             return None
     return (_scope.token, *(x for t in tensors for x in (id(t), t.data_ptr(), t._version)))
 
@@ -84,8 +92,9 @@ class ScopedValue(Generic[T]):
         key = reuse_key(tensors)
         if key is None:
             return compute()
-        if self._entry is not None and self._entry[0] == key:
-            return self._entry[1]
+        entry = self._entry  # read once: the key and the value must come from one entry
+        if entry is not None and entry[0] == key:
+            return entry[1]
         value = compute()
         self._entry = (key, value, tuple(tensors))
         return value

@@ -63,8 +63,8 @@ class StackedSpectralNorm(nn.Module):
             return self._normalized(weight)
         # No power step and no autograd: W / sigma is a function of the weight and the vectors
         # alone, so a rollout's or an evaluation's calls (within :func:`~rl_moe.nn.reuse.weights_fixed`)
-        # share one. Dividing every hidden weight again on each call had cost several times the
-        # rest of a policy call at batch 8 (benchmarks/README.md, ``acting_forward.py``).
+        # share one. Dividing every hidden weight again on each call had cost more than the rest
+        # of a policy call at batch 8 (benchmarks/README.md, ``acting_forward.py``).
         return self._reused.get((weight, self._u, self._v), lambda: self._normalized(weight))
 
     def _normalized(self, weight: Tensor) -> Tensor:
