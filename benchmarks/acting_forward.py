@@ -10,9 +10,10 @@ parts move by ±5–15% with the neighbours' load.
 Two worker processes, one importing this checkout's ``rl_moe`` and one a baseline's
 (``--baseline``, a ``git worktree`` of the older commit), each build the learner as
 ``python -m rl_moe.crl --suite cw10 --method topk`` does (``--method`` picks another), collect one
-rollout (so that routing is the trained-from-init routing of real states), and then time ``--calls`` policy calls on those
-states per round, in thread CPU time, inside the scope a rollout holds open where the checkout has one
-(``rl_moe.nn.reuse.weights_fixed``: values of the weights alone are computed once per round). Rounds alternate a b b a; the ratio is the median of the
+rollout (so that routing is the trained-from-init routing of real states), and then time
+``--calls`` policy calls on those states per round, in thread CPU time, inside the scope a rollout
+holds open where the checkout has one (``rl_moe.nn.reuse.weights_fixed``: values of the weights
+alone are computed once per round). Rounds alternate a b b a; the ratio is the median of the
 per-pair ratios. Both workers' actions on the same states and seed are compared bit for bit.
 
 The same rounds also time acting as each checkout's rollout does it: SB3's ``collect_rollouts``

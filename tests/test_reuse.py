@@ -42,16 +42,16 @@ def test_reused_only_within_one_scope() -> None:
     calls: list[int] = []
     compute = _counted(calls, lambda: w.detach() * 2)
     cache: ScopedValue[torch.Tensor] = ScopedValue()
-    cache.get((w,), compute)
-    cache.get((w,), compute)
+    cache.get(lambda: (w,), compute)
+    cache.get(lambda: (w,), compute)
     assert len(calls) == 2  # outside a scope: every call computes
     with weights_fixed():
-        first = cache.get((w,), compute)
+        first = cache.get(lambda: (w,), compute)
         with weights_fixed():  # nested: the outer scope holds
-            assert cache.get((w,), compute) is first
-        assert cache.get((w,), compute) is first and len(calls) == 3
+            assert cache.get(lambda: (w,), compute) is first
+        assert cache.get(lambda: (w,), compute) is first and len(calls) == 3
     with weights_fixed():  # a new scope: computed again
-        assert cache.get((w,), compute) is not first and len(calls) == 4
+        assert cache.get(lambda: (w,), compute) is not first and len(calls) == 4
     assert reuse_key((w,)) is None
 
 
@@ -63,13 +63,13 @@ def test_in_scope_changes_that_are_visible_still_recompute() -> None:
     compute = _counted(calls, lambda: (w.detach() * 2 + b).sum(0))
     cache: ScopedValue[torch.Tensor] = ScopedValue()
     with weights_fixed():
-        cache.get((w, b), compute)
+        cache.get(lambda: (w, b), compute)
         with torch.no_grad():
             w.copy_(torch.randn(3, 4))
-        assert torch.equal(cache.get((w, b), compute), (w.detach() * 2 + b).sum(0)) and len(calls) == 2
+        assert torch.equal(cache.get(lambda: (w, b), compute), (w.detach() * 2 + b).sum(0)) and len(calls) == 2
         w.data = torch.randn(3, 4)
-        assert torch.equal(cache.get((w, b), compute), (w.detach() * 2 + b).sum(0)) and len(calls) == 3
-        cache.get((w, b.clone()), compute)
+        assert torch.equal(cache.get(lambda: (w, b), compute), (w.detach() * 2 + b).sum(0)) and len(calls) == 3
+        cache.get(lambda: (w, b.clone()), compute)
         assert len(calls) == 4
 
 
@@ -77,12 +77,12 @@ def test_no_reuse_in_a_torch_func_transform_inference_mode_or_a_copy() -> None:
     w = torch.randn(5)
     cache: ScopedValue[torch.Tensor] = ScopedValue()
     with weights_fixed():
-        cache.get((w,), lambda: w * 2)
+        cache.get(lambda: (w,), lambda: w * 2)
         seen = []
 
         def f(x: torch.Tensor) -> torch.Tensor:
             seen.append(reuse_key((x,)))
-            return cache.get((x,), lambda: x * 3)
+            return cache.get(lambda: (x,), lambda: x * 3)
 
         torch.func.vmap(f)(torch.randn(2, 5))
         assert seen == [None]  # the wrapped tensor stands for each batch's own value
@@ -91,7 +91,7 @@ def test_no_reuse_in_a_torch_func_transform_inference_mode_or_a_copy() -> None:
             made_there = torch.randn(5)
         assert reuse_key((made_there,)) is None  # an inference tensor has no version
         calls: list[int] = []
-        copy.deepcopy(cache).get((w,), _counted(calls, lambda: w * 2))
+        copy.deepcopy(cache).get(lambda: (w,), _counted(calls, lambda: w * 2))
         assert calls == [1]  # a copy starts empty: its tensors would be other tensors
 
 
@@ -160,10 +160,10 @@ def test_a_cuda_graph_capture_computes_its_own_value() -> None:
     w, calls = torch.randn(4, device="cuda"), []
     cache: ScopedValue[torch.Tensor] = ScopedValue()
     with weights_fixed():
-        cache.get((w,), _counted(calls, lambda: w * 2))
+        cache.get(lambda: (w,), _counted(calls, lambda: w * 2))
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            out = cache.get((w,), _counted(calls, lambda: w * 2))
+            out = cache.get(lambda: (w,), _counted(calls, lambda: w * 2))
     assert len(calls) == 2
     w.mul_(3)
     graph.replay()

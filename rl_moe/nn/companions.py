@@ -14,7 +14,7 @@ from rl_moe.nn.experts import StackedExperts
 from rl_moe.nn.gate import GateMLP
 from rl_moe.nn.moe import MoEOutput, RoutedMoE, balance_aux, run_routed
 from rl_moe.nn.parts import NetworkParts
-from rl_moe.nn.reuse import ScopedValue, in_scope
+from rl_moe.nn.reuse import ScopedValue
 from rl_moe.nn.routing import Routing, topk_routing
 from rl_moe.nn.sdmoe import sdmoe_experts
 from rl_moe.nn.ssmoe import gate_directions, input_embeddings, mixed_probs, ssmoe_routing
@@ -47,15 +47,16 @@ def ev_mixed_route(
     emb, logits = gate(x)  # (N, G), (N, E)
     if alpha == 0.0:
         return emb, logits, topk_routing(logits, k, temperature, static_shapes_enabled())
+
     def build() -> Tensor:
         with torch.no_grad():
             dirs = gate_directions(gate)  # (E, in) router embeddings r_i
             return input_embeddings(experts.layer_weights()[0], dirs, top_c)  # (E, in) = W_EV^T
 
-    if ev is None or not in_scope():  # nothing to reuse: skip gathering the tensors
-        w_ev = build()
-    else:
-        w_ev = ev.get([*gate.parameters(), *gate.buffers(), *experts.parameters(), *experts.buffers()], build)
+    def sources() -> list[Tensor]:
+        return [*gate.parameters(), *gate.buffers(), *experts.parameters(), *experts.buffers()]
+
+    w_ev = build() if ev is None else ev.get(sources, build)
     # W_EV is constant, but x stays differentiable: a TD3 critic's dQ/da must see how the action
     # moves the EV router's weights, as it sees the gate's.
     mixed = mixed_probs(logits, x @ w_ev.T, temperature, alpha)  # (N, E)

@@ -87,16 +87,20 @@ class ScopedValue(Generic[T]):
         # take one of those ids while the entry lives.
         self._entry: tuple[tuple[int, ...], T, tuple[Tensor, ...]] | None = None
 
-    def get(self, tensors: Sequence[Tensor], compute: Callable[[], T]) -> T:
-        """``compute()``, or its last result when this scope computed it from the same tensors."""
-        key = reuse_key(tensors)
+    def get(self, tensors: Callable[[], Sequence[Tensor]], compute: Callable[[], T]) -> T:
+        """``compute()``, or its last result when this scope computed it from the same tensors.
+        ``tensors`` is only called inside a scope: outside one, nothing is gathered."""
+        if not in_scope():
+            return compute()
+        sources = tuple(tensors())
+        key = reuse_key(sources)
         if key is None:
             return compute()
         entry = self._entry  # read once: the key and the value must come from one entry
         if entry is not None and entry[0] == key:
             return entry[1]
         value = compute()
-        self._entry = (key, value, tuple(tensors))
+        self._entry = (key, value, sources)
         return value
 
     def __getstate__(self) -> dict[str, object]:

@@ -121,7 +121,7 @@ class SpectralExperts(StackedExperts):
         # :func:`~rl_moe.nn.reuse.weights_fixed` scope (a rollout, an evaluation) share it: adding
         # every layer again on each call had cost about as much as the rest of a policy call at
         # batch 8 (benchmarks/README.md). A new list, so a caller may change the list itself.
-        return list(self._reused.get([*self.common, *self.unique, *self.buffers()], self._composed))
+        return list(self._reused.get(lambda: [*self.common, *self.unique, *self.buffers()], self._composed))
 
     def _composed(self) -> list[Tensor]:
         return [_SpectralSplit.apply(c, u, *self.bases(i)) for i, (c, u) in enumerate(zip(self.common, self.unique))]

@@ -65,7 +65,7 @@ class StackedSpectralNorm(nn.Module):
         # alone, so a rollout's or an evaluation's calls (within :func:`~rl_moe.nn.reuse.weights_fixed`)
         # share one. Dividing every hidden weight again on each call had cost more than the rest
         # of a policy call at batch 8 (benchmarks/README.md, ``acting_forward.py``).
-        return self._reused.get((weight, self._u, self._v), lambda: self._normalized(weight))
+        return self._reused.get(lambda: (weight, self._u, self._v), lambda: self._normalized(weight))
 
     def _normalized(self, weight: Tensor) -> Tensor:
         w = self._as_stack(weight)  # (E, a, b)
