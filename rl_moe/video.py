@@ -33,6 +33,7 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 
 from rl_moe.continual.run_view import RunView
 from rl_moe.errors import MissingDependencyError, UsageError
+from rl_moe.nn.reuse import weights_fixed
 from rl_moe.run_reader import load_task_model, read_run
 
 #: Headless OpenGL backends of MuJoCo's Python bindings (``MUJOCO_GL``), in order of preference.
@@ -167,16 +168,17 @@ def record_episode(model: Any, env: Any, renderer_for: Callable[[Any], SceneRend
     renderer = renderer_for(inner.model)
     frames, success, ret = [renderer.frame(inner.data)], False, 0.0
     steps = max_steps if settings.steps is None else min(settings.steps, max_steps)
-    for t in range(steps):
-        action, _ = model.predict(np.asarray(normalize(obs), dtype=np.float32)[None], deterministic=True)
-        obs, reward, terminated, truncated, info = env.step(action[0])
-        ret += float(reward)
-        success = success or bool(info.get("success", info.get("is_success", False)))
-        last = terminated or truncated or t == steps - 1
-        if (t + 1) % settings.stride == 0 or last:
-            frames.append(renderer.frame(inner.data))
-        if terminated or truncated:
-            break
+    with weights_fixed():  # no weight changes during the episode: reusable values are kept
+        for t in range(steps):
+            action, _ = model.predict(np.asarray(normalize(obs), dtype=np.float32)[None], deterministic=True)
+            obs, reward, terminated, truncated, info = env.step(action[0])
+            ret += float(reward)
+            success = success or bool(info.get("success", info.get("is_success", False)))
+            last = terminated or truncated or t == steps - 1
+            if (t + 1) % settings.stride == 0 or last:
+                frames.append(renderer.frame(inner.data))
+            if terminated or truncated:
+                break
     return Episode(frames, success, ret)
 
 

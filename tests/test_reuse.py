@@ -7,6 +7,7 @@ import copy
 from collections.abc import Callable
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
@@ -235,4 +236,35 @@ def test_an_evaluation_holds_one_scope_open(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(model, "predict", recording)
     assert evaluate(model, PendulumEvalEnvs(), 2).n_episodes == 2
     assert len(scopes) == 200 and scopes[0] is not None and set(scopes) == {scopes[0]}
+    assert reuse_key(()) is None
+
+
+class _BlankFrames:
+    """A renderer that draws nothing: the scope is what is checked, not the pictures."""
+
+    def frame(self, data: object) -> np.ndarray:
+        return np.zeros((2, 2, 3), dtype=np.uint8)
+
+
+def test_offline_episodes_hold_one_scope_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rl_moe.experts``' visited-state episodes and ``rl_moe.video``'s episode act inside one
+    scope each (specnorm, SSMoE and SD-MoE then compute their value once per episode set)."""
+    from rl_moe.experts import visited_states
+    from rl_moe.video import VideoSettings, record_episode
+
+    model, scopes = moe_ppo(), []
+    predict = model.predict
+
+    def recording(obs, state=None, episode_start=None, deterministic=False):  # type: ignore[no-untyped-def]
+        scopes.append(reuse_key(()))
+        return predict(obs, deterministic=deterministic)
+
+    monkeypatch.setattr(model, "predict", recording)
+    states = visited_states(model, [lambda: gym.make("Pendulum-v1")] * 2, None, 30)
+    assert tuple(states.shape) == (60, 3) and len(scopes) == 30 and scopes[0] is not None and set(scopes) == {scopes[0]}
+    first, env = scopes[0], gym.make("Pendulum-v1")
+    env.unwrapped.model = env.unwrapped.data = None  # type: ignore[attr-defined]  # what the renderer is handed
+    scopes.clear()
+    episode = record_episode(model, env, lambda _: _BlankFrames(), VideoSettings(steps=20, stride=5), 200)
+    assert len(episode.frames) == 1 + 4 and len(scopes) == 20 and scopes[0] not in (None, first) and set(scopes) == {scopes[0]}
     assert reuse_key(()) is None

@@ -8,7 +8,8 @@ The reuse rests on a declared scope, not on the tensors' versions: fused Adam (t
 default optimizer), SB3's ``polyak_update`` (which writes through ``.data``) and CUDA-graph replays
 all change parameters without bumping ``Tensor._version``, so no key built from the tensors alone
 can see every update. :func:`weights_fixed` declares that no weight is written until the block ends;
-the rollout and evaluation loops enter it, the updates never run inside it. Code that runs inside
+the rollout and evaluation loops (and the offline tools' episodes) enter it, the updates never
+run inside it. Code that runs inside
 one (an SB3 callback during a collection) must not write weights, or must write them in place
 through ordinary tensor ops (``load_state_dict``, ``copy_``), which move the version. A
 :class:`ScopedValue` returns its last value only within the scope it was computed in, for the same
