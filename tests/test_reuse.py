@@ -225,15 +225,22 @@ def test_td3_collections_after_updates_act_on_the_current_weights(name: str) -> 
     assert check.checked == 48 and check.worst == 0.0 and check.outside == 0
 
 
-def test_an_evaluation_holds_one_scope_open(monkeypatch: pytest.MonkeyPatch) -> None:
-    model, scopes = moe_ppo(), []
-    predict = model.predict
+def _scopes_of_predict(model: object, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The scope (``reuse_key(())``) each later ``model.predict`` call runs in, in call order."""
+    scopes: list[object] = []
+    predict = model.predict  # type: ignore[attr-defined]
 
     def recording(obs, state=None, episode_start=None, deterministic=False):  # type: ignore[no-untyped-def]
         scopes.append(reuse_key(()))
         return predict(obs, deterministic=deterministic)
 
     monkeypatch.setattr(model, "predict", recording)
+    return scopes
+
+
+def test_an_evaluation_holds_one_scope_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = moe_ppo()
+    scopes = _scopes_of_predict(model, monkeypatch)
     assert evaluate(model, PendulumEvalEnvs(), 2).n_episodes == 2
     assert len(scopes) == 200 and scopes[0] is not None and set(scopes) == {scopes[0]}
     assert reuse_key(()) is None
@@ -252,14 +259,8 @@ def test_offline_episodes_hold_one_scope_open(monkeypatch: pytest.MonkeyPatch) -
     from rl_moe.experts import visited_states
     from rl_moe.video import VideoSettings, record_episode
 
-    model, scopes = moe_ppo(), []
-    predict = model.predict
-
-    def recording(obs, state=None, episode_start=None, deterministic=False):  # type: ignore[no-untyped-def]
-        scopes.append(reuse_key(()))
-        return predict(obs, deterministic=deterministic)
-
-    monkeypatch.setattr(model, "predict", recording)
+    model = moe_ppo()
+    scopes = _scopes_of_predict(model, monkeypatch)
     states = visited_states(model, [lambda: gym.make("Pendulum-v1")] * 2, None, 30)
     assert tuple(states.shape) == (60, 3) and len(scopes) == 30 and scopes[0] is not None and set(scopes) == {scopes[0]}
     first, env = scopes[0], gym.make("Pendulum-v1")
