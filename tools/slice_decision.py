@@ -5,7 +5,9 @@
 The statistic is the IQM of own-segment success over run × task cells (any step, the training
 positions) and the difference method − baseline with its 95% stratified-bootstrap CI at the report's
 verdict replicas. The rule looks at 5 complete seeds per method, and at 10 when the first look asks
-for more; a look takes each method's lowest seeds.
+for more; a look takes each method's lowest seeds. Runs beyond the look that decided are given as
+estimates (the difference over all complete runs, its CI and the permutation p over whole runs, for
+own-segment and for held-out success), which do not re-decide.
 
 1. **reproduces**: the difference is ≥ 0.2 and its CI excludes 0;
 2. **grow to 10 seeds**: at the first look, the difference is ≥ 0.2 and the CI includes 0;
@@ -33,12 +35,14 @@ from pathlib import Path
 import numpy as np
 
 from rl_moe.cli import UsageParser
-from rl_moe.report.stats import SEPARATION_SIMS, TIE_TOLERANCE, VERDICT_REPS, iqm, iqm_difference_ci, power_to_separate
+from rl_moe.report.stats import SEPARATION_SIMS, TIE_TOLERANCE, VERDICT_REPS, iqm, iqm_difference_ci, permutation_p, power_to_separate
 from rl_moe.report.tables import complete_scores
 from tools._crl_runs import crl_runs
 
 #: The looks, in complete seeds per method; the last one is final.
 LOOKS = (5, 10)
+#: The verdict that asks for the next look.
+GROW = f"grow to {LOOKS[-1]} seeds"
 #: The smallest IQM difference the rule calls a gain.
 MIN_GAIN = 0.2
 #: The paper's difference on the slice (SPHERE 0.89 against Top-K 0.45, Table 14): the true
@@ -62,11 +66,27 @@ class Decision:
 
 def decide(x: np.ndarray, y: np.ndarray, sims: int = SEPARATION_SIMS, seed: int = 0) -> Decision:
     """§8's rule on (runs, tasks) scores of the method ``x`` and the baseline ``y``, each in seed
-    order (a look takes the first rows)."""
+    order (a look takes the first rows). The looks are sequential: a later look is taken only when
+    the one before it asked for more seeds, so runs beyond a deciding look do not re-decide."""
     n = min(len(x), len(y))
-    look = max((k for k in LOOKS if k <= n), default=None)
-    if look is not None:
-        x, y = x[:look], y[:look]
+    if n < LOOKS[0]:
+        return _at_look(x, y, None, sims, seed)
+    for look in (k for k in LOOKS if k <= n):
+        d = _at_look(x[:look], y[:look], look, sims, seed)
+        if d.verdict != GROW:
+            break
+    return d
+
+
+def estimate(x: np.ndarray, y: np.ndarray, seed: int = 0) -> dict[str, object]:
+    """The IQM difference over all the runs given, its 95% stratified-bootstrap CI and the
+    permutation p over whole runs: an estimate beside the decision, never a look."""
+    d = iqm_difference_ci(x, y, reps=VERDICT_REPS, seed=seed)
+    return {"runs": [len(x), len(y)], "difference": d.value, "ci": [d.low, d.high], "permutation_p": permutation_p(x, y, seed=seed)}
+
+
+def _at_look(x: np.ndarray, y: np.ndarray, look: int | None, sims: int, seed: int) -> Decision:
+    """The rule at one look (``look`` seeds per method; None: an observation of all the runs)."""
     d = iqm_difference_ci(x, y, reps=VERDICT_REPS, seed=seed)
     values = dict(look=look, runs=(len(x), len(y)), iqm=(float(iqm(x)), float(iqm(y))), difference=d.value, ci=(d.low, d.high))
     if look is None:
@@ -79,7 +99,7 @@ def decide(x: np.ndarray, y: np.ndarray, sims: int = SEPARATION_SIMS, seed: int 
     if gain and d.low > 0:
         verdict = "reproduces"
     elif gain and look != LOOKS[-1]:
-        verdict = f"grow to {LOOKS[-1]} seeds"
+        verdict = GROW
     else:
         verdict = "did not reproduce"
     return Decision(verdict, power=power, false_firing=false_firing, **values)  # type: ignore[arg-type]
@@ -111,8 +131,18 @@ def main(argv: list[str] | None = None) -> int:
     print(line)
     if d.false_firing is not None:
         print(f"  between equal methods (both methods' runs pooled) the rule fires in {d.false_firing:.2f} of {args.sims} simulated studies")
+    extra: dict[str, object] | None = None
+    if d.look is not None and min(len(x), len(y)) > d.look:  # runs beyond the deciding look
+        held = [complete_scores(sorted(runs[m], key=lambda r: r.seed), "heldout") for m in (args.method, args.baseline)]
+        extra = {"own": estimate(x, y), "heldout": estimate(*held) if min(map(len, held)) else None}
+        print("  estimates over all complete runs (not a look; the verdict above stands):")
+        for name, e in extra.items():
+            if e is not None:
+                (lo, hi), (n_x, n_y) = e["ci"], e["runs"]  # type: ignore[index]
+                print(f"    {name}: {n_x} and {n_y} runs, difference {e['difference']:+.3f} [95% CI {lo:+.3f}, {hi:+.3f}], "  # type: ignore[index]
+                      f"permutation p {e['permutation_p']:.3f}")  # type: ignore[index]  # fmt: skip
     if args.json is not None:
-        args.json.write_text(json.dumps({"method": args.method, "baseline": args.baseline, **asdict(d)}, indent=1) + "\n")
+        args.json.write_text(json.dumps({"method": args.method, "baseline": args.baseline, **asdict(d), "estimate": extra}, indent=1) + "\n")
     return 0
 
 
