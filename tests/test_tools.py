@@ -113,7 +113,7 @@ def test_sphere_scale_summary_is_first_row_against_the_mean_of_the_last_ten(tmp_
 
 
 def test_slice_decision_applies_the_rule_of_results_section_8() -> None:
-    from tools.slice_decision import LOOKS, decide, estimate
+    from tools.slice_decision import LOOKS, beyond_decision, decide, estimate
 
     ones, zeros = np.ones((5, 3)), np.zeros((5, 3))
     assert decide(ones[:4], zeros).verdict == "observation"  # 4 seeds decide nothing
@@ -129,9 +129,12 @@ def test_slice_decision_applies_the_rule_of_results_section_8() -> None:
     assert decide(x10[:5], y10[:5], sims=20).verdict == f"grow to {LOOKS[-1]} seeds"  # so the second look is taken
     d = decide(x10, y10, sims=50)
     assert d.look == 10 and d.difference >= 0.2 and d.ci[0] <= 0 and d.verdict == "did not reproduce" and 0 <= d.power <= 1
-    # a first look that decides stands: seeds 6-10 (here all against the method) do not re-decide
+    # a first look that decides stands: seeds 5-9 (here all against the method) do not re-decide
     d = decide(np.vstack([ones, zeros]), np.vstack([zeros, ones]), sims=20)
     assert (d.verdict, d.look, d.runs, d.difference) == ("reproduces", 5, (5, 5), 1.0)
+    assert beyond_decision(d, 10, 10) and beyond_decision(d, 5, 6) and not beyond_decision(d, 5, 5)
+    grow = decide(x10[:5], y10[:5], sims=20)
+    assert not beyond_decision(grow, 9, 9) and not beyond_decision(decide(ones[:4], zeros[:4]), 4, 9)  # nothing decided yet
     e = estimate(np.vstack([ones, zeros]), np.vstack([zeros, ones]))
     assert e["runs"] == [10, 10] and e["difference"] == 0.0 and e["ci"][0] < 0 < e["ci"][1] and e["permutation_p"] == 1.0
     e = estimate(np.ones((10, 3)), np.zeros((10, 3)))
@@ -157,8 +160,16 @@ def test_slice_decision_cli_on_the_committed_slice(tmp_path: Path, capsys: pytes
         assert got["verdict"] == "observation" and got["look"] is None and got["false_firing"] is None
     else:
         assert got["look"] == 5 and 0 <= got["false_firing"] <= 1 and 0 <= got["power"] <= 1
-    # runs beyond the deciding look: an estimate over all of them beside the verdict, else none
-    assert (got["estimate"] is None) == (min(got["runs"]) == got["look"] or got["look"] is None)
+    # complete runs beyond the look that decided: estimates over all of them beside the verdict, else none
+    from rl_moe.report.tables import complete_scores
+    from tools._crl_runs import crl_runs
+
+    _, runs = crl_runs(slice_decision.UsageParser(), RESULTS / "slice-authors", ("sphere", "topk"))
+    n = [len(complete_scores(runs[m])) for m in ("sphere", "topk")]
+    beyond = got["look"] is not None and got["verdict"] != slice_decision.GROW and max(n) > got["look"]  # beyond_decision's rule
+    assert (got["estimate"] is not None) == beyond
+    if beyond:
+        assert got["estimate"]["own"]["runs"] == n
     with pytest.raises(SystemExit) as exc:
         slice_decision.main([str(RESULTS / "slice-authors"), "--method", "nosuch"])
     assert exc.value.code == 2 and "valid choices" in capsys.readouterr().err
@@ -166,26 +177,33 @@ def test_slice_decision_cli_on_the_committed_slice(tmp_path: Path, capsys: pytes
 
 def test_slice_decision_beyond_the_deciding_look_adds_estimates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """With a sixth seed per method the 5-seed verdict stands, and estimates over all six runs
-    (own-segment and held out) follow it. The sixth runs here are copies of seed 0 under seed 5."""
+    (own-segment and held out) follow it. The sixth runs are copies under seed 5: SPHERE's of Top-K
+    seed 0 and Top-K's of SPHERE seed 0, so that the estimates must differ from the look."""
     from tools import slice_decision
 
+    committed = tmp_path / "committed.json"
+    assert slice_decision.main([str(RESULTS / "slice-authors"), "--sims", "20", "--json", str(committed)]) == 0
+    five = json.loads(committed.read_text())
+    grown, names = tmp_path / "runs", ("config.json", "results.json", "positions-25.json")
     for run in (RESULTS / "slice-authors").glob("ppo-*-crl-s*"):
-        if run.name.split("-")[1] not in ("topk", "sphere"):
-            continue
-        for dst in [run.name] + ([run.name[:-1] + "5"] if run.name.endswith("-s0") else []):
-            (tmp_path / dst).mkdir()
-            for name in ("config.json", "results.json", "positions-25.json"):
-                data = json.loads((run / name).read_text())
-                if dst != run.name and "seed" in data:
-                    data["seed"] = 5
-                (tmp_path / dst / name).write_text(json.dumps(data))
+        if run.name.split("-")[1] in ("topk", "sphere"):
+            shutil.copytree(run, grown / run.name, ignore=lambda _, found: [f for f in found if f not in names])
+    for method, other in (("sphere", "topk"), ("topk", "sphere")):  # seed 5: the method's config, the other's scores
+        dst = grown / f"ppo-{method}-crl-s5"
+        dst.mkdir()
+        for name in names:
+            data = json.loads((RESULTS / "slice-authors" / f"ppo-{method if name == 'config.json' else other}-crl-s0" / name).read_text())
+            data.update({k: v for k, v in (("seed", 5), ("method", method)) if k in data})
+            (dst / name).write_text(json.dumps(data))
     out = tmp_path / "decision.json"
-    assert slice_decision.main([str(tmp_path), "--sims", "20", "--json", str(out)]) == 0
+    capsys.readouterr()
+    assert slice_decision.main([str(grown), "--sims", "20", "--json", str(out)]) == 0
     got, text = json.loads(out.read_text()), capsys.readouterr().out
-    assert got["look"] == 5 and got["runs"] == [5, 5] and "the verdict above stands" in text
+    assert (got["verdict"], got["look"], got["runs"], got["difference"], got["ci"]) == (five["verdict"], 5, [5, 5], five["difference"], five["ci"])
+    assert "5 of 6 and 5 of 6 complete runs" in text and "the verdict above stands" in text
     own, held = got["estimate"]["own"], got["estimate"]["heldout"]
-    assert own["runs"] == held["runs"] == [6, 6] and own["ci"][0] <= own["difference"] <= own["ci"][1]
-    assert 0 < own["permutation_p"] <= 1 and 0 < held["permutation_p"] <= 1
+    assert own["runs"] == held["runs"] == [6, 6] and own["difference"] < five["difference"] and held["difference"] != own["difference"]
+    assert own["ci"][0] <= own["difference"] <= own["ci"][1] and 0 < own["permutation_p"] <= 1 and 0 < held["permutation_p"] <= 1
 
 
 def test_mutation_table_in_the_docs_is_the_committed_scores() -> None:

@@ -5,8 +5,8 @@
 The statistic is the IQM of own-segment success over run × task cells (any step, the training
 positions) and the difference method − baseline with its 95% stratified-bootstrap CI at the report's
 verdict replicas. The rule looks at 5 complete seeds per method, and at 10 when the first look asks
-for more; a look takes each method's lowest seeds. Runs beyond the look that decided are given as
-estimates (the difference over all complete runs, its CI and the permutation p over whole runs, for
+for more; a look takes each method's lowest seeds. Complete runs beyond the look that decided (on
+either side) are given as estimates (the difference over all complete runs, its CI and the permutation p over whole runs, for
 own-segment and for held-out success), which do not re-decide.
 
 1. **reproduces**: the difference is ≥ 0.2 and its CI excludes 0;
@@ -85,6 +85,12 @@ def estimate(x: np.ndarray, y: np.ndarray, seed: int = 0) -> dict[str, object]:
     return {"runs": [len(x), len(y)], "difference": d.value, "ci": [d.low, d.high], "permutation_p": permutation_p(x, y, seed=seed)}
 
 
+def beyond_decision(d: Decision, n_method: int, n_baseline: int) -> bool:
+    """Whether either method has complete runs beyond the look that decided (a look that asked
+    for more seeds decided nothing, and an observation is no look): then estimates follow."""
+    return d.look is not None and d.verdict != GROW and max(n_method, n_baseline) > d.look
+
+
 def _at_look(x: np.ndarray, y: np.ndarray, look: int | None, sims: int, seed: int) -> Decision:
     """The rule at one look (``look`` seeds per method; None: an observation of all the runs)."""
     d = iqm_difference_ci(x, y, reps=VERDICT_REPS, seed=seed)
@@ -119,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     x, y = (complete_scores(sorted(runs[m], key=lambda r: r.seed)) for m in (args.method, args.baseline))
     d = decide(x, y, sims=args.sims)
     (mx, by) = d.iqm
-    print(f"{suite} CRL, {args.method} against {args.baseline}: {d.runs[0]} and {d.runs[1]} complete runs"
-          + (f" (the {d.look}-seed look)" if d.look else ""))  # fmt: skip
+    used = f"{d.runs[0]} and {d.runs[1]}" if d.runs == (len(x), len(y)) else f"{d.runs[0]} of {len(x)} and {d.runs[1]} of {len(y)}"
+    print(f"{suite} CRL, {args.method} against {args.baseline}: {used} complete runs" + (f" (the {d.look}-seed look)" if d.look else ""))
     print(f"  IQM {mx:.3f} against {by:.3f}; difference {d.difference:+.3f} [95% CI {d.ci[0]:+.3f}, {d.ci[1]:+.3f}]")
     line = f"  verdict: {d.verdict}"
     if d.verdict == "observation":
@@ -132,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     if d.false_firing is not None:
         print(f"  between equal methods (both methods' runs pooled) the rule fires in {d.false_firing:.2f} of {args.sims} simulated studies")
     extra: dict[str, object] | None = None
-    if d.look is not None and min(len(x), len(y)) > d.look:  # runs beyond the deciding look
+    if beyond_decision(d, len(x), len(y)):
         held = [complete_scores(sorted(runs[m], key=lambda r: r.seed), "heldout") for m in (args.method, args.baseline)]
         extra = {"own": estimate(x, y), "heldout": estimate(*held) if min(map(len, held)) else None}
         print("  estimates over all complete runs (not a look; the verdict above stands):")
