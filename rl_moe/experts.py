@@ -86,27 +86,21 @@ def visited_states(model: Any, factories: list[Any], obs_rms: Any, max_steps: in
     if obs_rms is not None:
         venv = VecNormalize(venv, training=False, norm_obs=True, norm_reward=False)
         venv.obs_rms = obs_rms
+    states: list[np.ndarray] = []
     alive = np.ones(len(factories), dtype=bool)
     try:
         with weights_fixed():  # no weight changes during the episodes: reusable values are kept
-            states = _play(model, venv, alive, max_steps)
+            obs = venv.reset()
+            t = 0
+            while alive.any() and (max_steps is None or t < max_steps):
+                states.append(obs[alive])
+                actions, _ = model.predict(obs, deterministic=True)
+                obs, _, dones, _ = venv.step(actions)
+                alive &= ~dones  # one episode per position: an env that finished is not read again
+                t += 1
     finally:
         venv.close()
     return torch.as_tensor(np.concatenate(states), dtype=torch.float32)
-
-
-def _play(model: Any, venv: Any, alive: np.ndarray, max_steps: int | None) -> list[np.ndarray]:
-    """The observations of the envs still in their first episode, step by step."""
-    states: list[np.ndarray] = []
-    obs = venv.reset()
-    t = 0
-    while alive.any() and (max_steps is None or t < max_steps):
-        states.append(obs[alive])
-        actions, _ = model.predict(obs, deterministic=True)
-        obs, _, dones, _ = venv.step(actions)
-        alive &= ~dones  # one episode per position: an env that finished is not read again
-        t += 1
-    return states
 
 
 def usage(run_dir: Path, max_steps: int | None = None) -> dict[str, Any]:

@@ -6,8 +6,8 @@ The statistic is the IQM of own-segment success over run × task cells (any step
 positions) and the difference method − baseline with its 95% stratified-bootstrap CI at the report's
 verdict replicas. The rule looks at 5 complete seeds per method, and at 10 when the first look asks
 for more; a look takes each method's lowest seeds. Complete runs beyond the look that decided (on
-either side) are given as estimates (the difference over all complete runs, its CI and the permutation p over whole runs, for
-own-segment and for held-out success), which do not re-decide.
+either side) are given as estimates (the difference over all complete runs, its CI and the
+permutation p over whole runs, for own-segment and for held-out success), which do not re-decide.
 
 1. **reproduces**: the difference is ≥ 0.2 and its CI excludes 0;
 2. **grow to 10 seeds**: at the first look, the difference is ≥ 0.2 and the CI includes 0;
@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.sims < 1:
         p.error(f"--sims {args.sims}: need an integer >= 1")
     suite, runs = crl_runs(p, args.runs, (args.baseline, args.method))
-    x, y = (complete_scores(sorted(runs[m], key=lambda r: r.seed)) for m in (args.method, args.baseline))
+    ordered = [sorted(runs[m], key=lambda r: r.seed) for m in (args.method, args.baseline)]
+    x, y = (complete_scores(r) for r in ordered)
     d = decide(x, y, sims=args.sims)
     (mx, by) = d.iqm
     used = f"{d.runs[0]} and {d.runs[1]}" if d.runs == (len(x), len(y)) else f"{d.runs[0]} of {len(x)} and {d.runs[1]} of {len(y)}"
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  between equal methods (both methods' runs pooled) the rule fires in {d.false_firing:.2f} of {args.sims} simulated studies")
     extra: dict[str, object] | None = None
     if beyond_decision(d, len(x), len(y)):
-        held = [complete_scores(sorted(runs[m], key=lambda r: r.seed), "heldout") for m in (args.method, args.baseline)]
+        held = [complete_scores(r, "heldout") for r in ordered]
         extra = {"own": estimate(x, y), "heldout": estimate(*held) if min(map(len, held)) else None}
         print("  estimates over all complete runs (not a look; the verdict above stands):")
         for name, e in extra.items():

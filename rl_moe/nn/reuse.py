@@ -9,10 +9,9 @@ default optimizer), SB3's ``polyak_update`` (which writes through ``.data``) and
 all change parameters without bumping ``Tensor._version``, so no key built from the tensors alone
 can see every update. :func:`weights_fixed` declares that no weight is written until the block ends;
 the rollout and evaluation loops (and the offline tools' episodes) enter it, the updates never
-run inside it. Code that runs inside
-one (an SB3 callback during a collection) must not write weights, or must write them in place
-through ordinary tensor ops (``load_state_dict``, ``copy_``), which move the version. A
-:class:`ScopedValue` returns its last value only within the scope it was computed in, for the same
+run inside it. Code that runs inside one (an SB3 callback during a collection) must not write
+weights, or must write them in place through ordinary tensor ops (``load_state_dict``,
+``copy_``), which move the version. A :class:`ScopedValue` returns its last value only within the scope it was computed in, for the same
 tensors at the same storage and version (so a ``torch.func.functional_call`` with other weights, or
 an in-place load inside the scope, still recomputes), and never inside a ``torch.func`` transform,
 a CUDA graph's capture or inference mode.
