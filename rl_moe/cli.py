@@ -4,12 +4,43 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NoReturn
 
 #: Exit code of a user mistake (bad flag, name or value): one line on stderr, no traceback.
 EXIT_USAGE = 2
 #: Ctrl-C: the CLIs stop cleanly with this code (a sweep stops when a trial exits with it).
 EXIT_INTERRUPTED = 130
+
+
+def _raised_from_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while handling a Ctrl-C or SIGTERM (its cause or context chain
+    holds a KeyboardInterrupt)."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
+
+
+@contextmanager
+def interrupts_as_keyboard() -> Iterator[None]:
+    """Re-raise an exception that a Ctrl-C caused as the KeyboardInterrupt it is.
+
+    A signal that lands while a C extension is being imported (MuJoCo's lazy import, for one)
+    surfaces as that import's ``ImportError: initialization failed``, raised from the
+    KeyboardInterrupt; without this it escapes the interrupt handlers as a traceback and exit 1.
+    """
+    try:
+        yield
+    except Exception as exc:
+        if _raised_from_interrupt(exc):
+            raise KeyboardInterrupt from exc
+        raise
 
 
 class UsageParser(argparse.ArgumentParser):

@@ -48,7 +48,7 @@ if __name__ == "__main__":  # Ctrl-C while the heavy imports below load exits as
 
 import torch  # noqa: E402
 
-from rl_moe.cli import EXIT_INTERRUPTED, EXIT_USAGE, UsageParser  # noqa: E402
+from rl_moe.cli import EXIT_INTERRUPTED, EXIT_USAGE, UsageParser, interrupts_as_keyboard  # noqa: E402
 from rl_moe.continual.config import OVERRIDE_PRESETS, PRESET_DESCRIPTIONS, RunConfig, preset_overrides  # noqa: E402
 from rl_moe.continual.learners import LEARNERS, get_learner  # noqa: E402
 from rl_moe.continual.methods import METHODS, get_method  # noqa: E402
@@ -295,7 +295,8 @@ def _train(args: argparse.Namespace, cfg: RunConfig, run_dir: Path, finished: in
             on_ready()
 
     try:
-        results = ContinualScheduler(cfg, run_dir, progress=not args.no_progress, on_model_ready=ready, threads=threads).run()
+        with interrupts_as_keyboard():
+            results = ContinualScheduler(cfg, run_dir, progress=not args.no_progress, on_model_ready=ready, threads=threads).run()
     except KeyboardInterrupt:
         saved = saved_progress(run_dir, len(cfg.tasks), get_learner(cfg.algo).in_task_checkpoints)
         sys.stderr.write(f"\ninterrupted; {saved}. Resume with: {resume_cmd}\n")
@@ -328,7 +329,8 @@ def _train(args: argparse.Namespace, cfg: RunConfig, run_dir: Path, finished: in
 def _entry() -> int:
     # Ctrl-C during start-up or shutdown (outside the training loop's handler) exits as cleanly.
     try:
-        return main()
+        with interrupts_as_keyboard():
+            return main()
     except KeyboardInterrupt:
         sys.stderr.write("\ninterrupted\n")
         return EXIT_INTERRUPTED

@@ -323,6 +323,43 @@ def test_hb5_without_humanoidbench_names_install_and_exits_2(tmp_path: Path, cap
     assert not (tmp_path / "r").exists()
 
 
+def test_a_ctrl_c_inside_an_import_exits_130_and_other_import_errors_do_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    from rl_moe.cli import interrupts_as_keyboard
+
+    # A signal in a C extension's import surfaces as its ImportError, raised from the interrupt
+    # (CI saw MuJoCo's "initialization failed" exit 1 with a traceback).
+    def failed_import(during: bool) -> None:
+        try:
+            raise KeyboardInterrupt if during else OSError("not an interrupt")
+        except BaseException as exc:
+            raise ImportError("initialization failed") from exc
+
+    with pytest.raises(KeyboardInterrupt), interrupts_as_keyboard():
+        failed_import(True)
+    with pytest.raises(ImportError), interrupts_as_keyboard():
+        failed_import(False)
+    with pytest.raises(KeyboardInterrupt), interrupts_as_keyboard():  # raised while handling one
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise RuntimeError("clean-up failed")  # noqa: B904
+
+    out = tmp_path / "runs"
+    argv = ["--suite", "smoke", "--method", "topk", "--tasks", "2", "--steps-per-task", "128", "--out", str(out), *TINY]
+    original = sched_mod.vec_env_backend
+
+    def backend(env: object, family: str) -> str:  # task 2's record, outside learn()
+        if len(list(out.glob("*/*/checkpoints/task_*"))):
+            failed_import(True)
+        return original(env, family)
+
+    monkeypatch.setattr(sched_mod, "vec_env_backend", backend)
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert "Resume with: python -m rl_moe.crl --resume" in err and "Traceback" not in err
+    assert json.loads(next(out.glob("*/*/results.json")).read_text())["finished_tasks"] == 1
+
+
 def test_real_sigint_exits_130_without_traceback(tmp_path: Path) -> None:
     import signal
     import subprocess

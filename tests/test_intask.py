@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -73,8 +74,9 @@ def _wait_for_checkpoint(run: Path, proc: subprocess.Popen, after: float) -> boo
     return False
 
 
-def _interrupt_at_boundary(run: Path, n: int) -> int:
-    """Run SMOKE into ``run`` with a Ctrl-C right after the ``n``-th rollout boundary's capture."""
+def _interrupt_at_boundary(run: Path, n: int, extra: tuple[str, ...] = (), interrupt: Callable[[], BaseException] = KeyboardInterrupt) -> int:
+    """Run SMOKE (with ``extra``) into ``run`` with a Ctrl-C (``interrupt()``) right after the
+    ``n``-th rollout boundary's capture."""
     original = intask.InTaskCheckpoint._on_rollout_start
     calls = {"n": 0}
 
@@ -82,11 +84,21 @@ def _interrupt_at_boundary(run: Path, n: int) -> int:
         original(self)
         calls["n"] += 1
         if calls["n"] == n:
-            raise KeyboardInterrupt
+            raise interrupt()
 
     with pytest.MonkeyPatch.context() as m:
         m.setattr(intask.InTaskCheckpoint, "_on_rollout_start", stop)
-        return main([*SMOKE, "--run-dir", str(run)])
+        return main([*SMOKE, *extra, "--run-dir", str(run)])
+
+
+def _import_failed_by_ctrl_c() -> ImportError:
+    """What a Ctrl-C landing in a C extension's import raises (MuJoCo's: "initialization failed")."""
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt as interrupt:
+        failed = ImportError("initialization failed")
+        failed.__cause__ = interrupt
+        return failed
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +131,18 @@ def test_killed_several_times_inside_tasks_resumes_bit_for_bit(tmp_path: Path, u
         assert proc.wait(timeout=300) == 0, proc.stderr.read() if proc.stderr else ""
         break
     assert kills >= 2
+    _same(uninterrupted, run)
+
+
+def test_a_ctrl_c_that_surfaces_as_an_import_error_saves_the_boundary_too(tmp_path: Path, uninterrupted: Path, capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "run"
+    # Steps-only interval far away: only the interrupt's flush writes the boundary.
+    never = ("--set", "checkpoint.every_steps=1000000", "--set", "checkpoint.every_minutes=0")
+    assert _interrupt_at_boundary(run, 3, never, _import_failed_by_ctrl_c) == 130
+    assert "Resume with: python -m rl_moe.crl --resume" in capsys.readouterr().err
+    state = intask.read(RunDir(run).in_task)
+    assert state is not None and state["task"] == 0 and state["step"] > 0
+    assert main(["--resume", str(run), "--no-progress"]) == 0
     _same(uninterrupted, run)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,24 @@ def test_the_backend_says_whether_metaworld_ran_on_the_fast_path(fast: str, monk
     env.close()
     smoke = suite_of(resolve(RunRequest(suite="smoke", method="topk", tasks=1, vec_env="dummy")))
     assert provenance.vec_env_backend(make_vec_env(task_factories(smoke, smoke.tasks[0], 2, 0), "dummy"), "smoke") == "dummy"
+
+
+def test_a_task_outside_metaworld_does_not_load_mujoco() -> None:
+    # A smoke task's provenance once imported MuJoCo's bindings; a Ctrl-C landing in that import
+    # became an ImportError. In a fresh interpreter: this test process has MuJoCo loaded already.
+    code = (
+        "import sys\n"
+        "from rl_moe import provenance\n"
+        "from rl_moe.continual.resolve import RunRequest, resolve, suite_of\n"
+        "from rl_moe.envs.factories import make_vec_env, task_factories\n"
+        "smoke = suite_of(resolve(RunRequest(suite='smoke', method='topk', tasks=1, vec_env='dummy')))\n"
+        "env = make_vec_env(task_factories(smoke, smoke.tasks[0], 2, 0), 'dummy')\n"
+        "assert 'mujoco' not in sys.modules\n"
+        "print(provenance.vec_env_backend(env, 'smoke'), 'mujoco' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["dummy", "False"]
 
 
 def test_a_run_records_its_commit_and_each_stretch_of_training(tmp_path: Path, stop_before_task) -> None:  # type: ignore[no-untyped-def]

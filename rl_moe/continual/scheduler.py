@@ -30,6 +30,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv,
 
 from rl_moe.algos.common import RegularizedMixin
 from rl_moe.algos.guard import NonFiniteError, diagnose
+from rl_moe.cli import interrupts_as_keyboard
 from rl_moe.continual import intask, rng
 from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.continual.config import RunConfig
@@ -344,7 +345,8 @@ class ContinualScheduler(TaskEnvs, TaskEvaluation, RunFiles):
         NaN/inf becomes one :class:`DivergedError` naming the term."""
         assert self.model is not None
         try:
-            self.model.learn(total_timesteps=steps, reset_num_timesteps=False, callback=hooks.callbacks, log_interval=1)
+            with interrupts_as_keyboard():
+                self.model.learn(total_timesteps=steps, reset_num_timesteps=False, callback=hooks.callbacks, log_interval=1)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep the last rollout boundary
             if hooks.checkpoint is not None:
                 hooks.checkpoint.flush()

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from rl_moe import crl
-from rl_moe.cli import EXIT_INTERRUPTED, EXIT_USAGE, UsageParser
+from rl_moe.cli import EXIT_INTERRUPTED, EXIT_USAGE, UsageParser, interrupts_as_keyboard
 from rl_moe.continual.learners import LEARNERS
 from rl_moe.errors import UsageError
 from rl_moe.rundir import check_writable_folder
@@ -260,17 +260,18 @@ def main(argv: Sequence[str] | None = None, runner: TrialRunner = run_subprocess
     except SystemExit as exc:  # argparse already printed its one-line error (or --help)
         return int(exc.code or 0)
     try:
-        resolve_backend(args.backend, cfg, args.address)
-        trials = grid(cfg)
-        validate(cfg, trials)
-        if args.dry_run:
-            for t in trials:
-                state = "complete, skipped" if is_finished(t) else "to run"
-                then = "".join(f"\n{' '.join(cmd)}" for cmd, _ in post_steps(t))
-                print(f"# {t.name}: {state}\n{' '.join(trial_command(t, cfg))}{then}")
-            return 0
-        ray_opts = RayOptions(address=args.address, num_cpus=args.num_cpus)
-        outcomes = run_sweep(cfg, args.backend, runner, ray_opts, progress_every=args.progress_every)
+        with interrupts_as_keyboard():  # Ray's lazy import, for one
+            resolve_backend(args.backend, cfg, args.address)
+            trials = grid(cfg)
+            validate(cfg, trials)
+            if args.dry_run:
+                for t in trials:
+                    state = "complete, skipped" if is_finished(t) else "to run"
+                    then = "".join(f"\n{' '.join(cmd)}" for cmd, _ in post_steps(t))
+                    print(f"# {t.name}: {state}\n{' '.join(trial_command(t, cfg))}{then}")
+                return 0
+            ray_opts = RayOptions(address=args.address, num_cpus=args.num_cpus)
+            outcomes = run_sweep(cfg, args.backend, runner, ray_opts, progress_every=args.progress_every)
     except SweepError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE
