@@ -88,3 +88,6 @@ def test_a_run_records_its_commit_and_each_stretch_of_training(tmp_path: Path, s
     from rl_moe.fingerprint import kernel_machine
 
     assert all(s["cpu"] == kernel_machine()["cpu"] != "" for s in stretches)  # the machine each stretch trained on
+    import os
+
+    assert all(s["cores"] == len(os.sched_getaffinity(0)) >= 1 for s in stretches)  # and the cores it could use
