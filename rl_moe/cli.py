@@ -15,15 +15,16 @@ EXIT_INTERRUPTED = 130
 
 
 def _raised_from_interrupt(exc: BaseException) -> bool:
-    """Whether ``exc`` was raised while handling a Ctrl-C or SIGTERM (its cause or context chain
-    holds a KeyboardInterrupt)."""
+    """Whether ``exc`` stands for a Ctrl-C or SIGTERM: its chain of explicit causes (``raise ...
+    from``) holds a KeyboardInterrupt. An error merely raised while handling one (its context, a
+    failed clean-up such as a full disk) is its own error and keeps its own report."""
     seen: set[int] = set()
     link: BaseException | None = exc
     while link is not None and id(link) not in seen:
         if isinstance(link, KeyboardInterrupt):
             return True
         seen.add(id(link))
-        link = link.__cause__ or link.__context__
+        link = link.__cause__
     return False
 
 
