@@ -18,6 +18,7 @@ native pools (EnvPool) keep their state where this process cannot read it.
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -55,7 +56,8 @@ def _layers(env: gym.Env) -> Iterator[Any]:
 
 def snapshot_env(env: gym.Env) -> list[dict[str, tuple[str, Any]]]:
     """Per wrapper layer (outermost first): attribute -> (kind, saved value)."""
-    import mujoco  # lazy: families without MuJoCo envs never need it
+    # An env holding MuJoCo state has loaded MuJoCo's bindings; other families never load them here.
+    mujoco = sys.modules.get("mujoco")
 
     out = []
     for layer in _layers(env):
@@ -63,12 +65,12 @@ def snapshot_env(env: gym.Env) -> list[dict[str, tuple[str, Any]]]:
         for name, value in vars(layer).items():
             if isinstance(value, np.random.Generator):
                 saved[name] = ("rng", copy.deepcopy(value.bit_generator.state))
-            elif isinstance(value, mujoco.MjData):
+            elif mujoco is not None and isinstance(value, mujoco.MjData):
                 spec = mujoco.mjtState.mjSTATE_INTEGRATION
                 state = np.empty(mujoco.mj_stateSize(layer.model, spec))
                 mujoco.mj_getState(layer.model, value, state, spec)
                 saved[name] = ("mjdata", state)
-            elif isinstance(value, mujoco.MjModel):
+            elif mujoco is not None and isinstance(value, mujoco.MjModel):
                 saved[name] = ("mjmodel", {f: getattr(value, f).copy() for f in MODEL_FIELDS})
             elif _plain(value):
                 saved[name] = ("value", copy.deepcopy(value))
@@ -81,8 +83,6 @@ def restore_env(env: gym.Env, snapshot: list[dict[str, tuple[str, Any]]]) -> Non
 
     :raises ValueError: if the env's layers differ from the snapshot's
     """
-    import mujoco  # lazy: families without MuJoCo envs never need it
-
     layers = list(_layers(env))
     if len(layers) != len(snapshot):
         raise ValueError(f"the env has {len(layers)} wrapper layers, the saved state {len(snapshot)}")
@@ -91,6 +91,7 @@ def restore_env(env: gym.Env, snapshot: list[dict[str, tuple[str, Any]]]) -> Non
             if kind == "rng":
                 getattr(layer, name).bit_generator.state = value
             elif kind == "mjdata":
+                mujoco = sys.modules["mujoco"]  # loaded: the env holds MuJoCo state, as the snapshot's did
                 # No mj_forward after it: that would overwrite the warm start the state carries.
                 mujoco.mj_setState(layer.model, getattr(layer, name), value, mujoco.mjtState.mjSTATE_INTEGRATION)
             elif kind == "mjmodel":

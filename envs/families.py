@@ -16,6 +16,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from rl_moe.cli import reraise_interrupt
 from rl_moe.envs.envpool_env import ENVPOOL_MISMATCHED, ENVPOOL_VERIFIED, EnvPoolMetaWorld, official_observation_space
 from rl_moe.envs.suite_spec import Suite, TaskSpec
 from rl_moe.envs.wrappers import PermuteObsFlipAction
@@ -276,6 +277,7 @@ def load_family_module(module: str) -> None:
     try:
         importlib.import_module(module)
     except ImportError as exc:
+        reraise_interrupt(exc)
         raise UsageError(f"cannot import family module {module!r} ({exc}); it must be importable, e.g. on PYTHONPATH") from None
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from rl_moe.cli import reraise_interrupt
 from rl_moe.errors import MissingDependencyError
 
 INSTALL_COMMAND = (
@@ -93,12 +94,14 @@ def import_humanoid_bench() -> types.ModuleType:
     try:
         module = importlib.import_module("humanoid_bench")
     except ImportError as exc:  # e.g. dm_control built against another mujoco
+        reraise_interrupt(exc)
         raise MissingDependencyError(f"HumanoidBench fails to import ({exc}); reinstall with: {INSTALL_COMMAND}") from None
     try:
         dmc_index = importlib.import_module("humanoid_bench.dmc_deps.dmc_index")
         mjbindings = importlib.import_module("dm_control.mujoco.wrapper.mjbindings")
         dmc_index.sizes = mjbindings.sizes  # type: ignore[attr-defined]
-    except ImportError:
+    except ImportError as exc:
+        reraise_interrupt(exc)
         pass  # layouts without the bundled index tables need no fix
     return module
 

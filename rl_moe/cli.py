@@ -14,7 +14,7 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
-def _raised_from_interrupt(exc: BaseException) -> bool:
+def raised_from_interrupt(exc: BaseException) -> bool:
     """Whether ``exc`` stands for a Ctrl-C or SIGTERM: its chain of explicit causes (``raise ...
     from``) holds a KeyboardInterrupt. An error merely raised while handling one (its context, a
     failed clean-up such as a full disk) is its own error and keeps its own report."""
@@ -28,6 +28,14 @@ def _raised_from_interrupt(exc: BaseException) -> bool:
     return False
 
 
+def reraise_interrupt(exc: BaseException) -> None:
+    """Raise a KeyboardInterrupt where ``exc`` stands for one (:func:`raised_from_interrupt`).
+    Every handler that turns a broad exception into another error or a fallback (a damaged file, an
+    optional import) calls it first, so that a Ctrl-C is never mistaken for that."""
+    if raised_from_interrupt(exc):
+        raise KeyboardInterrupt from exc
+
+
 @contextmanager
 def interrupts_as_keyboard() -> Iterator[None]:
     """Re-raise an exception that a Ctrl-C caused as the KeyboardInterrupt it is.
@@ -39,8 +47,7 @@ def interrupts_as_keyboard() -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        if _raised_from_interrupt(exc):
-            raise KeyboardInterrupt from exc
+        reraise_interrupt(exc)
         raise
 
 

@@ -1,11 +1,10 @@
 """Where a run's numbers came from: the code's git commit (with a dirty flag), the env backend
-each task actually stepped on and the CPU model and core count it ran on. Written into ``config.json`` and
+each task actually stepped on and the CPU model it ran on. Written into ``config.json`` and
 ``results.json`` so that no table mixes commits, backends or machines without saying so
 (docs/continual.md, "Run folder")."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -40,15 +39,6 @@ def cpu_model() -> str:
     from rl_moe.fingerprint import kernel_machine  # lazy: config resolution imports this module
 
     return kernel_machine()["cpu"]
-
-
-def cpu_cores() -> int:
-    """How many CPU cores this process may run on (its affinity, where the OS has one): a run's
-    wall time depends on it and on what shares those cores, so each stretch records it."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity on this OS (macOS)
-        return os.cpu_count() or 1
 
 
 def vec_env_backend(env: Any, family: str) -> str:

@@ -31,6 +31,7 @@ from stable_baselines3.common.logger import TensorBoardOutputFormat
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 from tensorboard.compat.proto.summary_pb2 import Summary
 
+from rl_moe.cli import reraise_interrupt
 from rl_moe.continual.run_view import RunView
 from rl_moe.errors import MissingDependencyError, UsageError
 from rl_moe.nn.reuse import weights_fixed
@@ -118,6 +119,7 @@ class SceneRenderer:
         try:
             self.gl = importlib.import_module(f"mujoco.{backend}").GLContext(width, height)
         except (ImportError, RuntimeError, OSError) as exc:
+            reraise_interrupt(exc)
             raise UsageError(f"cannot open a {backend} OpenGL context ({exc}): {INSTALL_HINT}") from None
         self.gl.make_current()
         self.context = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150)
@@ -186,7 +188,8 @@ def write_mp4(path: Path, frames: Sequence[np.ndarray], fps: int) -> None:
     """H.264 MP4 through imageio's ffmpeg plugin, written to a temporary name and moved into place."""
     try:  # an optional plugin: a missing one is one line here, not a traceback inside imageio
         import imageio_ffmpeg  # noqa: F401
-    except ImportError:
+    except ImportError as exc:
+        reraise_interrupt(exc)
         raise MissingDependencyError("videos need imageio with its ffmpeg plugin: pip install 'rl_moe[video]' (imageio, imageio-ffmpeg)") from None
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.mp4")

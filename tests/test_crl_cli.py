@@ -360,6 +360,35 @@ def test_a_ctrl_c_inside_an_import_exits_130_and_other_import_errors_do_not(tmp_
     assert json.loads(next(out.glob("*/*/results.json")).read_text())["finished_tasks"] == 1
 
 
+def test_handlers_of_damaged_files_and_optional_imports_pass_a_ctrl_c_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+    import pickle
+
+    from rl_moe.continual import intask
+    from rl_moe.sweep import backends
+
+    def interrupted(*_: object, **__: object) -> None:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise ImportError("initialization failed") from exc
+
+    # An in-task checkpoint whose load was interrupted is not "unreadable" (the run would restart
+    # the task and overwrite it), and an interrupted `import ray` is not "ray missing".
+    path = tmp_path / "in_task.pkl"
+    path.write_bytes(pickle.dumps({"version": intask.VERSION}))
+    monkeypatch.setattr(pickle, "load", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        intask.read(path)
+    monkeypatch.undo()
+    real_import = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: interrupted() if name == "ray" else real_import(name, *a, **k))
+    with pytest.raises(KeyboardInterrupt):
+        backends.ray_available()
+    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (_ for _ in ()).throw(ImportError("no ray")) if name == "ray" else real_import(name, *a, **k))
+    assert backends.ray_available() is False  # a missing package is still a fallback
+
+
 def test_real_sigint_exits_130_without_traceback(tmp_path: Path) -> None:
     import signal
     import subprocess

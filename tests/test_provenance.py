@@ -4,6 +4,7 @@ stretch of training stepped on, as written into config.json and results.json."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,22 +54,20 @@ def test_the_backend_says_whether_metaworld_ran_on_the_fast_path(fast: str, monk
     assert provenance.vec_env_backend(make_vec_env(task_factories(smoke, smoke.tasks[0], 2, 0), "dummy"), "smoke") == "dummy"
 
 
-def test_a_task_outside_metaworld_does_not_load_mujoco() -> None:
-    # A smoke task's provenance once imported MuJoCo's bindings; a Ctrl-C landing in that import
-    # became an ImportError. In a fresh interpreter: this test process has MuJoCo loaded already.
+def test_a_run_outside_metaworld_never_loads_mujoco(tmp_path: Path) -> None:
+    # A smoke run once imported MuJoCo's bindings lazily (its backend's provenance, the in-task
+    # checkpoint's env snapshot); a Ctrl-C landing in that import became an ImportError. In a fresh
+    # interpreter: this test process has MuJoCo loaded already.
     code = (
         "import sys\n"
-        "from rl_moe import provenance\n"
-        "from rl_moe.continual.resolve import RunRequest, resolve, suite_of\n"
-        "from rl_moe.envs.factories import make_vec_env, task_factories\n"
-        "smoke = suite_of(resolve(RunRequest(suite='smoke', method='topk', tasks=1, vec_env='dummy')))\n"
-        "env = make_vec_env(task_factories(smoke, smoke.tasks[0], 2, 0), 'dummy')\n"
-        "assert 'mujoco' not in sys.modules\n"
-        "print(provenance.vec_env_backend(env, 'smoke'), 'mujoco' in sys.modules)\n"
+        "from rl_moe.crl import main\n"
+        f"argv = ['--suite', 'smoke', '--method', 'topk', '--tasks', '2', '--steps-per-task', '600', '--preset', 'tiny', '--no-progress', '--run-dir', {str(tmp_path / 'run')!r}, '--set', 'checkpoint.every_steps=200']\n"
+        "print(main(argv), 'mujoco' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["dummy", "False"]
+    assert out.stdout.split()[-2:] == ["0", "False"], out.stdout
+    assert (tmp_path / "run" / "checkpoints").is_dir()  # the in-task checkpoints snapshot the envs
 
 
 def test_a_run_records_its_commit_and_each_stretch_of_training(tmp_path: Path, stop_before_task) -> None:  # type: ignore[no-untyped-def]
@@ -88,6 +87,6 @@ def test_a_run_records_its_commit_and_each_stretch_of_training(tmp_path: Path, s
     from rl_moe.fingerprint import kernel_machine
 
     assert all(s["cpu"] == kernel_machine()["cpu"] != "" for s in stretches)  # the machine each stretch trained on
-    import os
+    from rl_moe.envs.threads import available_cores
 
-    assert all(s["cores"] == len(os.sched_getaffinity(0)) >= 1 for s in stretches)  # and the cores it could use
+    assert all(s["cores"] == available_cores() >= 1 for s in stretches)  # and the cores it could use

@@ -32,6 +32,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from rl_moe.algos.common import RegularizedMixin
 from rl_moe.atomic import write_atomic
+from rl_moe.cli import reraise_interrupt
 from rl_moe.continual import rng
 from rl_moe.envs.envstate import capturable, restore_vec, snapshot_vec
 
@@ -124,6 +125,7 @@ def read(path: Path) -> dict[str, Any] | None:
         with open(path, "rb") as fh:
             state = pickle.load(fh)
     except Exception as exc:  # a damaged pickle raises many types
+        reraise_interrupt(exc)
         raise ValueError(f"unreadable ({type(exc).__name__}: {exc})") from None
     if not isinstance(state, dict) or state.get("version") != VERSION:
         raise ValueError(f"not an in-task checkpoint of version {VERSION}")

@@ -16,6 +16,7 @@ import torch
 from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.vec_env import DummyVecEnv
 
+from rl_moe.cli import reraise_interrupt
 from rl_moe.continual.agents import build_model
 from rl_moe.continual.config import RunConfig, apply_overrides, regularizer_configs
 from rl_moe.continual.learners import get_learner
@@ -77,6 +78,7 @@ def _check_weights(run_dir: Path, cfg: RunConfig, checkpoints: list[Path], probe
             _, params, _ = load_from_zip_file(str(ckpt), device="cpu")
             got = {k: tuple(v.shape) for k, v in params["policy"].items()}
         except Exception as exc:  # torch and pickle raise many types for a damaged member
+            reraise_interrupt(exc)
             raise UsageError(f"cannot resume {str(run_dir)!r}: checkpoint {str(ckpt)!r} has unreadable weights ({type(exc).__name__}); restore it or start a new run") from None
         if got != expected:
             bad = next((k for k in expected if got.get(k) != expected[k]), next(iter(set(got) - set(expected)), "?"))
@@ -101,6 +103,7 @@ def check_resumable(run_dir: Path, cfg: RunConfig) -> None:
         try:
             states = torch.load(probe, map_location="cpu", weights_only=True)
         except Exception as exc:  # torch raises several types for a damaged file
+            reraise_interrupt(exc)
             raise UsageError(f"cannot resume {str(run_dir)!r}: corrupt {probe.name} ({type(exc).__name__}); delete it (it is collected again) or start a new run") from None
         if not isinstance(states, torch.Tensor) or states.ndim != 2:
             raise UsageError(f"cannot resume {str(run_dir)!r}: {probe.name} is not an (N, obs_dim) tensor; delete it (it is collected again)")

@@ -48,9 +48,9 @@ from rl_moe.continual.scheduler_files import RunFiles
 from rl_moe.envs.factories import announce_fallbacks, may_pool
 from rl_moe.envs.families import get_family
 from rl_moe.envs.stages import EpisodeStages
-from rl_moe.envs.threads import KEEP_THREADS, ThreadGovernor, ThreadPlan
+from rl_moe.envs.threads import KEEP_THREADS, ThreadGovernor, ThreadPlan, available_cores
 from rl_moe.errors import DivergedError
-from rl_moe.provenance import code_version, cpu_cores, cpu_model, vec_env_backend
+from rl_moe.provenance import code_version, cpu_model, vec_env_backend
 from rl_moe.rundir import RunDir
 from rl_moe.tblog import logged_at, tensorboard_logger
 
@@ -273,7 +273,7 @@ class ContinualScheduler(TaskEnvs, TaskEvaluation, RunFiles):
         assert self.model is not None
         start = task.start
         from_step = start if task.resumed_step is None else task.resumed_step
-        res.provenance.append({"task": i, "name": self.tasks[i].name, "from_step": from_step, "backend": vec_env_backend(env, self.suite.family), **self._backend_record(), **code_version(), "cpu": cpu_model(), "cores": cpu_cores()})
+        res.provenance.append({"task": i, "name": self.tasks[i].name, "from_step": from_step, "backend": vec_env_backend(env, self.suite.family), **self._backend_record(), **code_version(), "cpu": cpu_model(), "cores": available_cores()})
         res.save(self.files.results)  # on disk before training: a rerun of this task keeps its backend
         hooks = self._task_callbacks(task, probe_states, env)
         self._learn(i, cfg.steps_per_task - (from_step - start), hooks)

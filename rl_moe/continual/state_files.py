@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from rl_moe.atomic import write_atomic
+from rl_moe.cli import reraise_interrupt
 
 
 def checkpoint_ok(path: Path) -> bool:
@@ -43,6 +44,7 @@ def load_torch_state(path: Path, what: str, key: str | None = None) -> dict[str,
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for a damaged pickle/zip
+        reraise_interrupt(exc)
         raise ValueError(f"unreadable {what} {str(path)!r} ({type(exc).__name__})") from None
     if not isinstance(state, dict) or (key is not None and key not in state):
         raise ValueError(f"unreadable {what} {str(path)!r} (not a saved {what})")

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from rl_moe.cli import reraise_interrupt
 from rl_moe.report.collapse import TAGS as COLLAPSE_TAGS
 from rl_moe.report.collapse import collapse_table
 from rl_moe.report.loading import ReportError, RunSet, describe_network, describe_rules, load_runs, read_experts
@@ -63,7 +64,8 @@ class ReportFiles:
 def _figures(ctx: Context, opts: ReportOptions, out: Path, scalars: dict[Path, dict[str, Curve]]) -> list[Block]:
     try:
         from rl_moe.report.plots import axis_for, eval_curve, plot_bands, plot_expert_usage, plot_stacked, plot_success, slug  # lazy: plots need matplotlib (the report extra)
-    except ImportError:
+    except ImportError as exc:
+        reraise_interrupt(exc)
         return [Paragraph(MISSING_MATPLOTLIB)]
     blocks: list[Block] = []
     for protocol, by_method in ctx.runs.items():

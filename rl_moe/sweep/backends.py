@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import torch
 
-from rl_moe.cli import EXIT_INTERRUPTED
+from rl_moe.cli import EXIT_INTERRUPTED, reraise_interrupt
 from rl_moe.sweep.trials import Outcome, SweepConfig, SweepError, Trial, TrialRunner
 
 #: A backend's stream of outcomes (a generator, so the sweep can close it and stop its trials).
@@ -99,7 +99,8 @@ def ray_available() -> bool:
     """Ray is installed (the ``sweep`` extra)."""
     try:
         import ray  # noqa: F401
-    except ImportError:
+    except ImportError as exc:
+        reraise_interrupt(exc)
         return False
     return True
 
