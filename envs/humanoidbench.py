@@ -100,9 +100,8 @@ def import_humanoid_bench() -> types.ModuleType:
         dmc_index = importlib.import_module("humanoid_bench.dmc_deps.dmc_index")
         mjbindings = importlib.import_module("dm_control.mujoco.wrapper.mjbindings")
         dmc_index.sizes = mjbindings.sizes  # type: ignore[attr-defined]
-    except ImportError as exc:
+    except ImportError as exc:  # layouts without the bundled index tables need no fix
         reraise_interrupt(exc)
-        pass  # layouts without the bundled index tables need no fix
     return module
 
 

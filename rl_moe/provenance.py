@@ -49,21 +49,16 @@ def vec_env_backend(env: Any, family: str) -> str:
 
     while isinstance(env, VecEnvWrapper):  # VecNormalize
         env = env.venv
-    if isinstance(env, (DummyVecEnv, SubprocVecEnv)):
-        name = "dummy" if isinstance(env, DummyVecEnv) else "subproc"
-        # Only MetaWorld tasks have a fast path: other families never load MuJoCo's bindings here.
-        return f"{name}+fast" if family == "metaworld" and _runs_fast(env) else name
-    return "envpool" if type(env).__name__ == "EnvPoolMetaWorld" else type(env).__name__
-
-
-def _runs_fast(env: Any) -> bool:
-    """Whether a Dummy/Subproc vec env of MetaWorld tasks steps them on the fast path."""
-    from stable_baselines3.common.vec_env import DummyVecEnv  # lazy: as in vec_env_backend
-
+    if not isinstance(env, (DummyVecEnv, SubprocVecEnv)):
+        return "envpool" if type(env).__name__ == "EnvPoolMetaWorld" else type(env).__name__
+    name = "dummy" if isinstance(env, DummyVecEnv) else "subproc"
+    if family != "metaworld":  # only MetaWorld tasks have a fast path: others never load MuJoCo here
+        return name
     from rl_moe.envs import metaworld_fast  # lazy: as above
     from rl_moe.envs.families import metaworld_fast_enabled  # lazy: as above
 
     if isinstance(env, DummyVecEnv):
-        return metaworld_fast.is_fast(env.envs[0])
-    # The workers build their envs under the same environment variable and metaworld release.
-    return metaworld_fast_enabled() and metaworld_fast.unsupported_reason() is None
+        fast = metaworld_fast.is_fast(env.envs[0])
+    else:  # the workers build their envs under the same environment variable and metaworld release
+        fast = metaworld_fast_enabled() and metaworld_fast.unsupported_reason() is None
+    return f"{name}+fast" if fast else name

@@ -46,6 +46,14 @@ def faucet_suite(tmp_path: Path) -> Path:
     return path
 
 
+def import_error_from(cause: BaseException) -> ImportError:
+    """What a C extension's import raises when ``cause`` interrupts it: pybind11 (MuJoCo) raises
+    ``ImportError: initialization failed`` from it."""
+    failed = ImportError("initialization failed")
+    failed.__cause__ = cause
+    return failed
+
+
 def _stop_before_task(argv: list[str], task: int) -> int:
     from rl_moe.continual import scheduler
     from rl_moe.crl import main

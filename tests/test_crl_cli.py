@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from rl_moe.continual.state_files import load_regularizer_state
 from rl_moe.continual.scheduler import ContinualScheduler
 from rl_moe.crl import main
 from rl_moe.rundir import RunDir
-from tests.conftest import CLI_TINY
+from tests.conftest import CLI_TINY, import_error_from
 from tools import collect_runs
 
 TINY = CLI_TINY
@@ -329,10 +330,7 @@ def test_a_ctrl_c_inside_an_import_exits_130_and_other_import_errors_do_not(tmp_
     # A signal in a C extension's import surfaces as its ImportError, raised from the interrupt
     # (CI saw MuJoCo's "initialization failed" exit 1 with a traceback).
     def failed_import(during: bool) -> None:
-        try:
-            raise KeyboardInterrupt if during else OSError("not an interrupt")
-        except BaseException as exc:
-            raise ImportError("initialization failed") from exc
+        raise import_error_from(KeyboardInterrupt() if during else OSError("not an interrupt"))
 
     with pytest.raises(KeyboardInterrupt), interrupts_as_keyboard():
         failed_import(True)
@@ -368,10 +366,18 @@ def test_handlers_of_damaged_files_and_optional_imports_pass_a_ctrl_c_on(tmp_pat
     from rl_moe.sweep import backends
 
     def interrupted(*_: object, **__: object) -> None:
-        try:
-            raise KeyboardInterrupt
-        except KeyboardInterrupt as exc:
-            raise ImportError("initialization failed") from exc
+        raise import_error_from(KeyboardInterrupt())
+
+    def missing() -> None:
+        raise ImportError("no module named 'ray'")
+
+    def importing_ray_calls(fail: Callable[[], None]) -> Callable[..., object]:
+        def imp(name: str, *args: object, **kwargs: object) -> object:
+            if name == "ray":
+                fail()
+            return real_import(name, *args, **kwargs)
+
+        return imp
 
     # An in-task checkpoint whose load was interrupted is not "unreadable" (the run would restart
     # the task and overwrite it), and an interrupted `import ray` is not "ray missing".
@@ -382,10 +388,10 @@ def test_handlers_of_damaged_files_and_optional_imports_pass_a_ctrl_c_on(tmp_pat
         intask.read(path)
     monkeypatch.undo()
     real_import = builtins.__import__
-    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: interrupted() if name == "ray" else real_import(name, *a, **k))
+    monkeypatch.setattr(builtins, "__import__", importing_ray_calls(interrupted))
     with pytest.raises(KeyboardInterrupt):
         backends.ray_available()
-    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (_ for _ in ()).throw(ImportError("no ray")) if name == "ray" else real_import(name, *a, **k))
+    monkeypatch.setattr(builtins, "__import__", importing_ray_calls(missing))
     assert backends.ray_available() is False  # a missing package is still a fallback
 
 

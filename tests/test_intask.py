@@ -24,6 +24,7 @@ from rl_moe.continual import intask
 from rl_moe.crl import main
 from rl_moe.rundir import RunDir
 from rl_moe.sweep.trials import trained_steps
+from tests.conftest import import_error_from
 
 SMOKE = ["--suite", "smoke", "--method", "sphere", "--tasks", "2", "--steps-per-task", "1024", "--preset", "tiny", "--no-progress", "--set", "checkpoint.every_steps=200"]
 
@@ -91,16 +92,6 @@ def _interrupt_at_boundary(run: Path, n: int, extra: tuple[str, ...] = (), inter
         return main([*SMOKE, *extra, "--run-dir", str(run)])
 
 
-def _import_failed_by_ctrl_c() -> ImportError:
-    """What a Ctrl-C landing in a C extension's import raises (MuJoCo's: "initialization failed")."""
-    try:
-        raise KeyboardInterrupt
-    except KeyboardInterrupt as interrupt:
-        failed = ImportError("initialization failed")
-        failed.__cause__ = interrupt
-        return failed
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("full") / "run"
@@ -138,7 +129,7 @@ def test_a_ctrl_c_that_surfaces_as_an_import_error_saves_the_boundary_too(tmp_pa
     run = tmp_path / "run"
     # Steps-only interval far away: only the interrupt's flush writes the boundary.
     never = ("--set", "checkpoint.every_steps=1000000", "--set", "checkpoint.every_minutes=0")
-    assert _interrupt_at_boundary(run, 3, never, _import_failed_by_ctrl_c) == 130
+    assert _interrupt_at_boundary(run, 3, never, lambda: import_error_from(KeyboardInterrupt())) == 130
     assert "Resume with: python -m rl_moe.crl --resume" in capsys.readouterr().err
     state = intask.read(RunDir(run).in_task)
     assert state is not None and state["task"] == 0 and state["step"] > 0
