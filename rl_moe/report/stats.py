@@ -309,8 +309,8 @@ def permutation_power(
 
     :param x: (M, T) observed scores of the method
     :param y: (N, T) observed scores of the baseline
-    :param min_difference: count only studies whose CI lies above 0 and whose IQM difference is at
-        least this (a decision rule's "gain of at least d, separated"); None: a CI off 0 either way
+    :param alpha: the p-value a simulated study must reach to count
+    :param max_splits: as in :func:`permutation_p`: every split up to this many, else this many random ones
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     n_base = n_runs if n_baseline is None else n_baseline
