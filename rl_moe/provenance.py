@@ -6,6 +6,7 @@ each task actually stepped on and the CPU model it ran on. Written into ``config
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,8 @@ def cpu_model() -> str:
 
 def vec_env_backend(env: Any, family: str) -> str:
     """What steps a task's vectorized env: ``envpool``, or ``dummy``/``subproc`` followed by
-    ``+fast`` where its MetaWorld envs run on the fast path (rl_moe.envs.metaworld_fast)."""
+    ``+fast`` where its MetaWorld envs run on the fast path (rl_moe.envs.metaworld_fast). In-process
+    envs are asked directly; ``family`` decides only for worker processes, which cannot be."""
     # lazy: config resolution imports this module, and must not load SB3's vec envs or MuJoCo
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnvWrapper
 
@@ -51,14 +53,16 @@ def vec_env_backend(env: Any, family: str) -> str:
         env = env.venv
     if not isinstance(env, (DummyVecEnv, SubprocVecEnv)):
         return "envpool" if type(env).__name__ == "EnvPoolMetaWorld" else type(env).__name__
-    name = "dummy" if isinstance(env, DummyVecEnv) else "subproc"
-    if family != "metaworld":  # only MetaWorld tasks have a fast path: others never load MuJoCo here
-        return name
+    if isinstance(env, DummyVecEnv):
+        # The envs themselves say, whatever the family is called. Whatever put a fast env in this
+        # process loaded the module; without it nothing is fast, and MuJoCo is not loaded here.
+        module = sys.modules.get("rl_moe.envs.metaworld_fast")
+        return "dummy+fast" if module is not None and module.is_fast(env.envs[0]) else "dummy"
+    if family != "metaworld":  # the workers' envs cannot be inspected: only MetaWorld has a fast path
+        return "subproc"
     from rl_moe.envs import metaworld_fast  # lazy: as above
     from rl_moe.envs.families import metaworld_fast_enabled  # lazy: as above
 
-    if isinstance(env, DummyVecEnv):
-        fast = metaworld_fast.is_fast(env.envs[0])
-    else:  # the workers build their envs under the same environment variable and metaworld release
-        fast = metaworld_fast_enabled() and metaworld_fast.unsupported_reason() is None
-    return f"{name}+fast" if fast else name
+    # the workers build their envs under the same environment variable and metaworld release
+    fast = metaworld_fast_enabled() and metaworld_fast.unsupported_reason() is None
+    return "subproc+fast" if fast else "subproc"

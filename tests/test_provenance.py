@@ -49,6 +49,9 @@ def test_the_backend_says_whether_metaworld_ran_on_the_fast_path(fast: str, monk
     want = "dummy+fast" if fast == "1" else "dummy"
     assert provenance.vec_env_backend(env, "metaworld") == want
     assert provenance.vec_env_backend(VecNormalize(env), "metaworld") == want
+    # in-process envs answer for themselves: a family registered under another name that builds
+    # MetaWorld envs records the fast path too
+    assert provenance.vec_env_backend(env, "my-metaworld") == want
     env.close()
     smoke = suite_of(resolve(RunRequest(suite="smoke", method="topk", tasks=1, vec_env="dummy")))
     assert provenance.vec_env_backend(make_vec_env(task_factories(smoke, smoke.tasks[0], 2, 0), "dummy"), "smoke") == "dummy"
