@@ -1,7 +1,8 @@
 """Env families, one :class:`EnvFamily` each in :data:`FAMILIES`: how a family's tasks are built,
 checked and reseeded, whether it is installed, and its scripted experts.
 
-A suite names its family; nothing else in the package branches on a family's name. Adding one
+A suite names its family; nothing else in the package branches on a family's name (what only
+MetaWorld scenes allow asks :attr:`EnvFamily.metaworld_scenes`). Adding one
 is an entry here (or a module of its own calling :func:`register_family`) plus a suite file
 (docs/contributing.md, "Adding a task family").
 """
@@ -64,6 +65,8 @@ class EnvFamily:
         (:mod:`rl_moe.envs.stages`): the stages a task's reward is built from
     :param task_fields: the fields a suite's task may carry besides ``name`` and ``success_bar``
         (they reach ``make`` as ``task.params``); any other field is refused with exit code 2
+    :param metaworld_scenes: its envs are MetaWorld v3 Sawyer scenes, so TensorBoard clips and
+        videos can render them, and worker processes build them on the fast path where it applies
     """
 
     name: str
@@ -76,6 +79,7 @@ class EnvFamily:
     pool_refusal: Callable[[TaskSpec], str | None] | None = None
     stage_keys: tuple[str, ...] = ()
     task_fields: tuple[str, ...] = ()
+    metaworld_scenes: bool = False
 
 
 # ---- MetaWorld ---------------------------------------------------------------------------------
@@ -253,7 +257,7 @@ FAMILIES: dict[str, EnvFamily] = {
         name="metaworld", make=_make_metaworld, reseed=_reseed_metaworld, check_tasks=_check_metaworld_tasks,
         check_available=_check_metaworld_available, expert=metaworld_expert, pool=_metaworld_pool, pool_refusal=_metaworld_pool_refusal,
         stage_keys=("near_object", "grasp_success", "grasp_reward", "in_place_reward", "obj_to_target"),
-        task_fields=METAWORLD_TASK_FIELDS,
+        task_fields=METAWORLD_TASK_FIELDS, metaworld_scenes=True,
     ),
     "humanoidbench": EnvFamily(
         name="humanoidbench", make=_make_humanoidbench, check_available=_check_humanoidbench_available,

@@ -45,7 +45,7 @@ def cpu_model() -> str:
 def vec_env_backend(env: Any, family: str) -> str:
     """What steps a task's vectorized env: ``envpool``, or ``dummy``/``subproc`` followed by
     ``+fast`` where its MetaWorld envs run on the fast path (rl_moe.envs.metaworld_fast). In-process
-    envs are asked directly; ``family`` decides only for worker processes, which cannot be."""
+    envs are asked directly; for worker processes, ``family``'s ``metaworld_scenes`` decides."""
     # lazy: config resolution imports this module, and must not load SB3's vec envs or MuJoCo
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnvWrapper
 
@@ -58,10 +58,11 @@ def vec_env_backend(env: Any, family: str) -> str:
         # process loaded the module; without it nothing is fast, and MuJoCo is not loaded here.
         module = sys.modules.get("rl_moe.envs.metaworld_fast")
         return "dummy+fast" if module is not None and module.is_fast(env.envs[0]) else "dummy"
-    if family != "metaworld":  # the workers' envs cannot be inspected: only MetaWorld has a fast path
+    from rl_moe.envs.families import FAMILIES, metaworld_fast_enabled  # lazy: as above
+
+    if family not in FAMILIES or not FAMILIES[family].metaworld_scenes:  # the workers' envs cannot be asked
         return "subproc"
     from rl_moe.envs import metaworld_fast  # lazy: as above
-    from rl_moe.envs.families import metaworld_fast_enabled  # lazy: as above
 
     # the workers build their envs under the same environment variable and metaworld release
     fast = metaworld_fast_enabled() and metaworld_fast.unsupported_reason() is None

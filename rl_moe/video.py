@@ -33,6 +33,7 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 
 from rl_moe.cli import reraise_interrupt
 from rl_moe.continual.run_view import RunView
+from rl_moe.envs.families import get_family
 from rl_moe.errors import MissingDependencyError, UsageError
 from rl_moe.nn.reuse import weights_fixed
 from rl_moe.run_reader import load_task_model, read_run
@@ -251,7 +252,7 @@ def render_run(run_dir: Path, settings: VideoSettings, device: str = "cpu", log:
     """Every video of a run (module docstring); returns the files written."""
     settings.check()
     cfg, results = read_run(run_dir)
-    if cfg.suite_spec.family != "metaworld":
+    if not get_family(cfg.suite_spec.family, cfg.suite_spec.family_module).metaworld_scenes:
         raise UsageError(f"--video renders MetaWorld suites; run {str(run_dir)!r} is on {cfg.suite_spec.family!r}")
     finished = int(results.get("finished_tasks", 0))
     if finished < 1:

@@ -24,7 +24,7 @@ from rl_moe.continual.presets import learner_presets
 from rl_moe.continual.probe_states import PROBE_POLICIES, default_probe_policy
 from rl_moe.diagnostics.probe import ProbeConfig
 from rl_moe.envs.factories import resolve_vec_env_type
-from rl_moe.envs.families import FAMILIES
+from rl_moe.envs.families import FAMILIES, get_family
 from rl_moe.envs.suites import Suite, load_suite
 from rl_moe.errors import UsageError, check_choice, check_keys, check_positive
 from rl_moe.provenance import code_version
@@ -117,7 +117,7 @@ def _check_clip(evals: EvalSettings, suite: Suite) -> None:
         raise UsageError(f"eval.clip_size must be WIDTH,HEIGHT of positive pixels, got {','.join(map(str, evals.clip_size))}")
     if evals.clip_steps == 0:
         return
-    if suite.family != "metaworld":
+    if not get_family(suite.family, suite.family_module).metaworld_scenes:
         raise UsageError(f"eval.clip_steps renders MetaWorld scenes; suite {suite.name!r} is {suite.family!r}: set eval.clip_steps=0")
     from rl_moe.video import choose_backend  # lazy: the video module is needed only here
 
