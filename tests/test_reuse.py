@@ -56,6 +56,25 @@ def test_reused_only_within_one_scope() -> None:
     assert reuse_key((w,)) is None
 
 
+def test_a_scopes_values_are_let_go_when_it_closes() -> None:
+    """Nothing stored in a scope is returned after it, so the outermost exit frees the values
+    (as large as the weights for a spectral norm) instead of holding them until the next scope."""
+    import gc
+    import weakref
+
+    w = torch.nn.Parameter(torch.randn(3, 4))
+    cache: ScopedValue[torch.Tensor] = ScopedValue()
+    with weights_fixed():
+        value = cache.get(lambda: (w,), lambda: w.detach() * 2)
+        alive = weakref.ref(value)
+        del value
+        with weights_fixed():
+            pass  # a nested exit keeps the outer scope's values
+        assert alive() is not None and cache.get(lambda: (w,), lambda: w.detach() * 3) is alive()
+    gc.collect()
+    assert alive() is None
+
+
 def test_in_scope_changes_that_are_visible_still_recompute() -> None:
     """A load (in place: the version moves), new storage, or another tensor in the same place
     each compute again inside a scope."""

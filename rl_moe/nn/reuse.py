@@ -14,7 +14,7 @@ weights, or must write them in place through ordinary tensor ops (``load_state_d
 ``copy_``), which move the version. A :class:`ScopedValue` returns its last value only within the scope it was computed in, for the same
 tensors at the same storage and version (so a ``torch.func.functional_call`` with other weights, or
 an in-place load inside the scope, still recomputes), and never inside a ``torch.func`` transform,
-a CUDA graph's capture or inference mode.
+a CUDA graph's capture or inference mode, and lets it go when the scope closes.
 """
 
 from __future__ import annotations
@@ -34,10 +34,14 @@ _scopes = itertools.count(1)
 
 
 class _Scope(threading.local):
-    """This thread's open scope: its number (0 outside any) and how deeply it is nested."""
+    """This thread's open scope: its number (0 outside any), how deeply it is nested, and the
+    values that stored an entry in it (released when it closes)."""
 
     token: int = 0
     depth: int = 0
+
+    def __init__(self) -> None:
+        self.holders: set[ScopedValue[object]] = set()
 
 
 _scope = _Scope()
@@ -58,6 +62,11 @@ def weights_fixed() -> Iterator[None]:
         _scope.depth -= 1
         if _scope.depth == 0:
             _scope.token = 0
+            # Nothing stored in the scope can be returned after it, so its values (spectrally
+            # normalized weights, say, as large as the weights) are let go now, not at the next scope.
+            for holder in _scope.holders:
+                holder.release()
+            _scope.holders.clear()
 
 
 def in_scope() -> bool:
@@ -101,7 +110,12 @@ class ScopedValue(Generic[T]):
             return entry[1]
         value = compute()
         self._entry = (key, value, sources)
+        _scope.holders.add(self)  # type: ignore[arg-type]
         return value
+
+    def release(self) -> None:
+        """Drop the stored value (its scope has closed)."""
+        self._entry = None
 
     def __getstate__(self) -> dict[str, object]:
         return {"_entry": None}  # a copy holds other tensors: the ids would not be theirs
