@@ -2,7 +2,8 @@
 checked and reseeded, whether it is installed, and its scripted experts.
 
 A suite names its family; nothing else in the package branches on a family's name (what only
-MetaWorld scenes allow asks :attr:`EnvFamily.metaworld_scenes`). Adding one
+MetaWorld scenes allow asks :attr:`EnvFamily.metaworld_scenes`, the fast path's record
+:attr:`EnvFamily.fast_path`). Adding one
 is an entry here (or a module of its own calling :func:`register_family`) plus a suite file
 (docs/contributing.md, "Adding a task family").
 """
@@ -66,7 +67,10 @@ class EnvFamily:
     :param task_fields: the fields a suite's task may carry besides ``name`` and ``success_bar``
         (they reach ``make`` as ``task.params``); any other field is refused with exit code 2
     :param metaworld_scenes: its envs are MetaWorld v3 Sawyer scenes, so TensorBoard clips and
-        videos can render them, and worker processes build them on the fast path where it applies
+        videos can render them
+    :param fast_path: ``make`` puts MetaWorld's fast path under its envs where it applies
+        (:func:`rl_moe.envs.metaworld_fast.make_fast`): worker processes, which cannot be asked, are
+        recorded as ``subproc+fast`` by this (in-process envs are asked)
     """
 
     name: str
@@ -80,6 +84,7 @@ class EnvFamily:
     stage_keys: tuple[str, ...] = ()
     task_fields: tuple[str, ...] = ()
     metaworld_scenes: bool = False
+    fast_path: bool = False
 
 
 # ---- MetaWorld ---------------------------------------------------------------------------------
@@ -257,7 +262,7 @@ FAMILIES: dict[str, EnvFamily] = {
         name="metaworld", make=_make_metaworld, reseed=_reseed_metaworld, check_tasks=_check_metaworld_tasks,
         check_available=_check_metaworld_available, expert=metaworld_expert, pool=_metaworld_pool, pool_refusal=_metaworld_pool_refusal,
         stage_keys=("near_object", "grasp_success", "grasp_reward", "in_place_reward", "obj_to_target"),
-        task_fields=METAWORLD_TASK_FIELDS, metaworld_scenes=True,
+        task_fields=METAWORLD_TASK_FIELDS, metaworld_scenes=True, fast_path=True,
     ),
     "humanoidbench": EnvFamily(
         name="humanoidbench", make=_make_humanoidbench, check_available=_check_humanoidbench_available,

@@ -45,7 +45,7 @@ def cpu_model() -> str:
 def vec_env_backend(env: Any, family: str) -> str:
     """What steps a task's vectorized env: ``envpool``, or ``dummy``/``subproc`` followed by
     ``+fast`` where its MetaWorld envs run on the fast path (rl_moe.envs.metaworld_fast). In-process
-    envs are asked directly; for worker processes, ``family``'s ``metaworld_scenes`` decides."""
+    envs are asked directly; for worker processes, ``family``'s ``fast_path`` decides."""
     # lazy: config resolution imports this module, and must not load SB3's vec envs or MuJoCo
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnvWrapper
 
@@ -60,7 +60,7 @@ def vec_env_backend(env: Any, family: str) -> str:
         return "dummy+fast" if module is not None and module.is_fast(env.envs[0]) else "dummy"
     from rl_moe.envs.families import FAMILIES, metaworld_fast_enabled  # lazy: as above
 
-    if family not in FAMILIES or not FAMILIES[family].metaworld_scenes:  # the workers' envs cannot be asked
+    if family not in FAMILIES or not FAMILIES[family].fast_path:  # the workers' envs cannot be asked
         return "subproc"
     from rl_moe.envs import metaworld_fast  # lazy: as above
 

@@ -58,7 +58,7 @@ def test_the_backend_says_whether_metaworld_ran_on_the_fast_path(fast: str, monk
 
 
 @pytest.mark.parametrize("fast", ["1", "0"])
-def test_worker_processes_record_the_fast_path_by_their_familys_metaworld_scenes(fast: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_worker_processes_record_the_fast_path_by_their_familys_fast_path_flag(fast: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Workers' envs cannot be asked, so the family's flag decides, whatever the family is called.
     # The envs here are smoke envs: only the family's record is read, never the workers' envs.
     from dataclasses import replace
@@ -67,11 +67,14 @@ def test_worker_processes_record_the_fast_path_by_their_familys_metaworld_scenes
 
     monkeypatch.setenv(METAWORLD_FAST_VAR, fast)
     monkeypatch.setitem(families.FAMILIES, "my-metaworld", replace(families.FAMILIES["metaworld"], name="my-metaworld"))
+    # Sawyer scenes built without the fast path (a family calling gym.make itself) are not fast
+    monkeypatch.setitem(families.FAMILIES, "plain-sawyer", replace(families.FAMILIES["metaworld"], name="plain-sawyer", fast_path=False))
     smoke = suite_of(resolve(RunRequest(suite="smoke", method="topk", tasks=1, vec_env="dummy")))
     env = make_vec_env(task_factories(smoke, smoke.tasks[0], 2, 0), "subproc")  # one env would run in process
     try:
         assert provenance.vec_env_backend(env, "my-metaworld") == ("subproc+fast" if fast == "1" else "subproc")
         assert provenance.vec_env_backend(env, "smoke") == "subproc"
+        assert provenance.vec_env_backend(env, "plain-sawyer") == "subproc"
         assert provenance.vec_env_backend(env, "not-registered") == "subproc"
     finally:
         env.close()

@@ -73,6 +73,38 @@ def test_a_scopes_values_are_let_go_when_it_closes() -> None:
         assert alive() is not None and cache.get(lambda: (w,), lambda: w.detach() * 3) is alive()
     gc.collect()
     assert alive() is None
+    with pytest.raises(RuntimeError), weights_fixed():  # a block that raises lets go too
+        value = cache.get(lambda: (w,), lambda: w.detach() * 2)
+        alive = weakref.ref(value)
+        del value
+        raise RuntimeError
+    gc.collect()
+    assert alive() is None
+
+
+def test_a_closing_scope_keeps_what_another_threads_open_scope_stored() -> None:
+    import threading
+
+    w = torch.nn.Parameter(torch.randn(3, 4))
+    cache: ScopedValue[torch.Tensor] = ScopedValue()
+    stored, closed = threading.Event(), threading.Event()
+    seen: list[torch.Tensor] = []
+
+    def other() -> None:
+        with weights_fixed():
+            seen.append(cache.get(lambda: (w,), lambda: w.detach() * 2))
+            stored.set()
+            closed.wait(10)
+            seen.append(cache.get(lambda: (w,), lambda: w.detach() * 3))  # still its own scope's value
+
+    with weights_fixed():
+        cache.get(lambda: (w,), lambda: w.detach() * 5)
+        thread = threading.Thread(target=other)
+        thread.start()
+        stored.wait(10)
+    closed.set()  # this thread's scope has closed after the other thread stored its value
+    thread.join(10)
+    assert len(seen) == 2 and seen[1] is seen[0]
 
 
 def test_in_scope_changes_that_are_visible_still_recompute() -> None:

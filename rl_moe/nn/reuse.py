@@ -61,12 +61,12 @@ def weights_fixed() -> Iterator[None]:
     finally:
         _scope.depth -= 1
         if _scope.depth == 0:
-            _scope.token = 0
+            closed, _scope.token = _scope.token, 0
             # Nothing stored in the scope can be returned after it, so its values (spectrally
             # normalized weights, say, as large as the weights) are let go now, not at the next scope.
-            for holder in _scope.holders:
-                holder.release()
-            _scope.holders.clear()
+            holders, _scope.holders = _scope.holders, set()  # emptied first: an interrupt cannot keep them
+            for holder in holders:
+                holder.release(closed)
 
 
 def in_scope() -> bool:
@@ -113,9 +113,12 @@ class ScopedValue(Generic[T]):
         _scope.holders.add(self)  # type: ignore[arg-type]
         return value
 
-    def release(self) -> None:
-        """Drop the stored value (its scope has closed)."""
-        self._entry = None
+    def release(self, token: int) -> None:
+        """Drop the stored value if scope ``token`` (now closed) stored it; a value another
+        thread's open scope stored since stays."""
+        entry = self._entry
+        if entry is not None and entry[0][0] == token:
+            self._entry = None
 
     def __getstate__(self) -> dict[str, object]:
         return {"_entry": None}  # a copy holds other tensors: the ids would not be theirs
