@@ -5,15 +5,40 @@ comparison against a baseline checkout starts (``task_speed.py``, ``acting_forwa
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
 #: This checkout: the tree the benchmarks belong to.
 ROOT = HERE.parent
+#: Set in a worker's environment: the checkout whose package it imports.
+TREE_VAR = "RL_MOE_BENCH_TREE"
+
+
+class _TreeEnvs(importlib.abc.MetaPathFinder):
+    """Finds ``rl_moe.envs`` in the worker's checkout. It lives in the top-level ``envs/`` and
+    installs as ``rl_moe.envs``, so ``PYTHONPATH`` alone cannot reach it: an editable install maps it
+    to its own checkout's ``envs/``, and a baseline worker would step this checkout's envs."""
+
+    def __init__(self, tree: Path) -> None:
+        self.envs = tree / "envs"
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "rl_moe.envs":
+            return None  # its submodules follow its __path__
+        return importlib.util.spec_from_file_location(fullname, self.envs / "__init__.py", submodule_search_locations=[str(self.envs)])
+
+
+if os.environ.get(TREE_VAR):  # in a worker: every script imports this module before rl_moe
+    sys.meta_path.insert(0, _TreeEnvs(Path(os.environ[TREE_VAR])))
 
 
 class Worker:
@@ -21,7 +46,7 @@ class Worker:
     line says which ``rl_moe`` it imported (``package``)."""
 
     def __init__(self, tree: Path, script: str, args: list[str]) -> None:
-        env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", TREE_VAR: str(tree)}
         cmd = [sys.executable, str(HERE / script), "--worker", *args]
         self.proc = subprocess.Popen(cmd, env=env, cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.package = str(self._read()["ready"])

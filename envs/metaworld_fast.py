@@ -19,16 +19,20 @@ What changes, and why each stays bit-identical:
   views), and the observation assembled into one preallocated array.
 - ``reward_utils.tolerance`` on scalars: the bounds test and the distance on Python floats, then
   MetaWorld's own ``_sigmoids`` on the same ``numpy.float64`` it would have received.
+- ``numpy.linalg.norm`` and ``numpy.clip`` as the ``dot``, ``sqrt`` and ``clip`` ufunc calls they
+  end in (:mod:`~rl_moe.envs.metaworld_fast_math`).
+- For the tasks in :data:`~rl_moe.envs.metaworld_fast_tasks.TASKS`, the task's own reward and
+  object readings, written out the same way.
 
 It is written against metaworld 3.1.1 only (:data:`SUPPORTED_VERSION`), with no import from the
-rest of the package, so that it can be offered upstream as it is. On any other version
-:func:`unsupported_reason` says why and :func:`make_fast` returns the env unchanged.
+rest of the package beyond its two companion modules, so that the three can be offered upstream as
+they are. On any other version :func:`unsupported_reason` says why and :func:`make_fast` returns
+the env unchanged.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,17 +41,18 @@ from typing import Any
 import mujoco
 import numpy as np
 
+from rl_moe.envs.metaworld_fast_math import ExactRotation, clip, fast_tolerance
+from rl_moe.envs.metaworld_fast_tasks import TASKS, plain
+
 #: The only metaworld release whose code this module mirrors.
 SUPPORTED_VERSION = "3.1.1"
-#: scipy's tolerances for "already orthogonal" (``isclose(M M^T, I, rtol=1e-5, atol=1e-12)``),
-#: each taken 10x tighter: a matrix within these is orthogonal to scipy whatever the rounding of
-#: the Gram matrix, so scipy never orthogonalizes it by SVD.
-_OFF_DIAGONAL_TOL = 1e-13
-_DIAGONAL_TOL = 1e-6
 #: The mocap orientation MetaWorld writes at every step (the hand pointing down).
 _MOCAP_QUAT = np.array([1, 0, 1, 0])
 #: MuJoCo object types by the names used here.
-_OBJ_TYPES = {"body": mujoco.mjtObj.mjOBJ_BODY, "site": mujoco.mjtObj.mjOBJ_SITE, "geom": mujoco.mjtObj.mjOBJ_GEOM}
+_OBJ_TYPES = {
+    "body": mujoco.mjtObj.mjOBJ_BODY, "site": mujoco.mjtObj.mjOBJ_SITE, "geom": mujoco.mjtObj.mjOBJ_GEOM,
+    "joint": mujoco.mjtObj.mjOBJ_JOINT,
+}  # fmt: skip
 #: The x and z coordinates (MetaWorld's caging reward compares positions in that plane).
 _XZ = [0, 2]
 
@@ -61,91 +66,6 @@ def unsupported_reason() -> str | None:
     if version != SUPPORTED_VERSION:
         return f"the MetaWorld fast path mirrors metaworld {SUPPORTED_VERSION}'s code; found {version}, so the plain envs run"
     return None
-
-
-# ---- the object quaternion -----------------------------------------------------------------------
-def _scipy_quat(matrix: Any) -> np.ndarray:
-    from scipy.spatial.transform import Rotation  # lazy: only matrices scipy must orthogonalize get here
-
-    return Rotation.from_matrix(matrix).as_quat()
-
-
-def quat_from_matrix(matrix: Any) -> np.ndarray:
-    """``scipy.spatial.transform.Rotation.from_matrix(matrix).as_quat()``, bit for bit, for one
-    3x3 float64 matrix (scalar-last ``x, y, z, w``); other inputs go to scipy."""
-    m = np.asarray(matrix)
-    if m.shape != (3, 3) or m.dtype != np.float64:
-        return _scipy_quat(matrix)
-    m00, m01, m02, m10, m11, m12, m20, m21, m22 = m.ravel().tolist()
-    g01 = m00 * m10 + m01 * m11 + m02 * m12
-    g02 = m00 * m20 + m01 * m21 + m02 * m22
-    g12 = m10 * m20 + m11 * m21 + m12 * m22
-    g00 = m00 * m00 + m01 * m01 + m02 * m02
-    g11 = m10 * m10 + m11 * m11 + m12 * m12
-    g22 = m20 * m20 + m21 * m21 + m22 * m22
-    orthogonal = max(abs(g01), abs(g02), abs(g12)) <= _OFF_DIAGONAL_TOL and max(abs(g00 - 1.0), abs(g11 - 1.0), abs(g22 - 1.0)) <= _DIAGONAL_TOL
-    # Orthogonal to 1e-6 means det = +-1 to ~1e-6: the sign decides whether scipy refuses it.
-    det = m00 * (m11 * m22 - m12 * m21) - m01 * (m10 * m22 - m12 * m20) + m02 * (m10 * m21 - m11 * m20)
-    if not (orthogonal and det > 0.5):  # also false for NaN
-        return _scipy_quat(matrix)
-    trace = m00 + m11 + m22
-    # scipy's argmax over (m00, m11, m22, trace): the first index of the largest value.
-    choice, best = 0, m00
-    for i, v in ((1, m11), (2, m22), (3, trace)):
-        if v > best:
-            choice, best = i, v
-    if choice == 0:
-        q = (1 - trace + 2 * m00, m10 + m01, m20 + m02, m21 - m12)
-    elif choice == 1:
-        q = (m01 + m10, 1 - trace + 2 * m11, m21 + m12, m02 - m20)
-    elif choice == 2:
-        q = (m02 + m20, m12 + m21, 1 - trace + 2 * m22, m10 - m01)
-    else:
-        q = (m21 - m12, m02 - m20, m10 - m01, 1 + trace)
-    norm = math.sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3])
-    return np.array([q[0] / norm, q[1] / norm, q[2] / norm, q[3] / norm])
-
-
-class _MatrixRotation:
-    """What ``Rotation.from_matrix(m)`` returns, for the one use MetaWorld's envs make of it."""
-
-    __slots__ = ("matrix",)
-
-    def __init__(self, matrix: Any) -> None:
-        self.matrix = matrix
-
-    def as_quat(self) -> np.ndarray:
-        return quat_from_matrix(self.matrix)
-
-
-class _ExactRotation:
-    """Stands in for scipy's ``Rotation`` inside a MetaWorld env module while a fast env reads its
-    object quaternion; anything but ``from_matrix(m).as_quat()`` is scipy's own."""
-
-    @staticmethod
-    def from_matrix(matrix: Any) -> _MatrixRotation:
-        return _MatrixRotation(matrix)
-
-
-# ---- reward_utils.tolerance on scalars -----------------------------------------------------------
-def _fast_tolerance(original: Callable[..., Any], sigmoids: Callable[..., Any]) -> Callable[..., Any]:
-    """``reward_utils.tolerance`` with its scalar case unwrapped (arrays and other dtypes go to the
-    original, which also raises its errors)."""
-
-    def tolerance(x: Any, bounds: tuple[float, float] = (0.0, 0.0), margin: Any = 0.0, sigmoid: str = "gaussian", value_at_margin: float = 0.1) -> Any:
-        lower, upper = bounds
-        # Python floats and float64 scalars only: a float32 x would make numpy compute in float32.
-        if type(x) not in (float, np.float64) or type(margin) not in (float, int, np.float64) or not lower <= upper or margin < 0:
-            return original(x, bounds=bounds, margin=margin, sigmoid=sigmoid, value_at_margin=value_at_margin)
-        in_bounds = lower <= x <= upper
-        if margin == 0:
-            return 1.0 if in_bounds else 0.0
-        if in_bounds:  # the original also evaluates the sigmoid here, then discards it
-            return 1.0
-        d = np.float64((lower - x if x < lower else x - upper) / margin)
-        return float(sigmoids(d, value_at_margin, sigmoid))
-
-    return tolerance
 
 
 @contextmanager
@@ -173,16 +93,11 @@ class _Ids:
         self.leftpad_geom, self.rightpad_geom = geom("leftpad_geom"), geom("rightpad_geom")
 
     def lookup(self, kind: str, name: str) -> int:
-        """The id of MuJoCo object ``name`` of ``kind`` (body, site, geom), -1 if there is none."""
+        """The id of MuJoCo object ``name`` of ``kind`` (body, site, geom, joint), -1 if there is none."""
         key = (kind, name)
         if key not in self._cache:
             self._cache[key] = int(mujoco.mj_name2id(self._model, _OBJ_TYPES[kind], name))
         return self._cache[key]
-
-
-def _plain(env: Any) -> Any:
-    """The env as its own MetaWorld class sees it (``super()`` from the fast subclass)."""
-    return super(type(env), env)
 
 
 class FastSawyerMixin:
@@ -208,13 +123,13 @@ class FastSawyerMixin:
     def get_body_com(self, body_name: str) -> np.ndarray:
         i = self._fast_ids.lookup("body", body_name)
         if i < 0:
-            return _plain(self).get_body_com(body_name)  # type: ignore[misc]  (raises as MetaWorld does)
+            return plain(self).get_body_com(body_name)  # type: ignore[misc]  (raises as MetaWorld does)
         return self.data.xpos[i]
 
     def _get_site_pos(self, site_name: str) -> np.ndarray:
         i = self._fast_ids.lookup("site", site_name)
         if i < 0:
-            return _plain(self)._get_site_pos(site_name)  # type: ignore[misc]
+            return plain(self)._get_site_pos(site_name)  # type: ignore[misc]
         return self.data.site_xpos[i].copy()
 
     def touching_object(self, object_geom_id: int) -> bool:
@@ -240,7 +155,7 @@ class FastSawyerMixin:
         assert pos.ndim == 1
         i = self._fast_ids.lookup("site", name)
         if i < 0:
-            return _plain(self)._set_pos_site(name, pos)  # type: ignore[misc]
+            return plain(self)._set_pos_site(name, pos)  # type: ignore[misc]
         self.data.site_xpos[i] = pos[:3]
 
     def _gripper_caging_reward(
@@ -251,7 +166,7 @@ class FastSawyerMixin:
         init = self.obj_init_pos  # type: ignore[attr-defined]
         plain_arrays = all(isinstance(a, np.ndarray) and a.dtype == np.float64 for a in (obj_pos, init))
         if (high_density and medium_density) or not plain_arrays:
-            return _plain(self)._gripper_caging_reward(  # type: ignore[misc]
+            return plain(self)._gripper_caging_reward(  # type: ignore[misc]
                 action, obj_pos, obj_radius, pad_success_thresh, object_reach_radius, xz_thresh,
                 desired_gripper_effort, high_density, medium_density,
             )  # fmt: skip
@@ -298,7 +213,7 @@ class FastSawyerMixin:
         # metaworld 3.1.1 never sets _did_see_sim_exception during a step, so checking it here
         # decides the step as MetaWorld's own check after the simulation would.
         if not self._set_task_called or self._did_see_sim_exception:  # type: ignore[attr-defined]
-            return _plain(self).step(action)  # type: ignore[misc]  (raises, or MetaWorld's unstable-sim reply)
+            return plain(self).step(action)  # type: ignore[misc]  (raises, or MetaWorld's unstable-sim reply)
         assert len(action) == 4, f"Actions should be size 4, got {len(action)}"
         self.set_xyz_action(action[:3])
         if self.curr_path_length >= self.max_path_length:  # type: ignore[attr-defined]
@@ -309,7 +224,7 @@ class FastSawyerMixin:
             self._set_pos_site(*site)
         mujoco.mj_forward(self.model, self.data)  # type: ignore[attr-defined]
         space = self.sawyer_observation_space  # type: ignore[attr-defined]
-        obs = np.clip(self._get_obs(), a_max=space.high, a_min=space.low, dtype=np.float64)
+        obs = clip(self._get_obs(), space.low, space.high, dtype=np.float64)
         self._last_stable_obs = obs
         reward, info = self.evaluate_state(obs, action)
         truncate = self.curr_path_length == self.max_path_length  # type: ignore[attr-defined]
@@ -318,9 +233,9 @@ class FastSawyerMixin:
     def _get_quat_objects(self) -> np.ndarray:
         module = self._fast_module
         if getattr(module, "Rotation", None) is None:
-            return _plain(self)._get_quat_objects()  # type: ignore[misc]
-        with _swapped(module, "Rotation", _ExactRotation):
-            return _plain(self)._get_quat_objects()  # type: ignore[misc]
+            return plain(self)._get_quat_objects()  # type: ignore[misc]
+        with _swapped(module, "Rotation", ExactRotation):
+            return plain(self)._get_quat_objects()  # type: ignore[misc]
 
     def _get_curr_obs_combined_no_goal(self) -> np.ndarray:
         data, ids = self.data, self._fast_ids
@@ -328,12 +243,12 @@ class FastSawyerMixin:
         obj_quat = self._get_quat_objects()
         n_obj = len(obj_pos) // 3
         if len(obj_pos) % 3 or len(obj_quat) != 4 * n_obj or 7 * n_obj > self._obs_obj_max_len:
-            return _plain(self)._get_curr_obs_combined_no_goal()  # type: ignore[misc]  (raises as MetaWorld does)
+            return plain(self)._get_curr_obs_combined_no_goal()  # type: ignore[misc]  (raises as MetaWorld does)
         out = np.zeros(4 + self._obs_obj_max_len)
         out[0:3] = data.xpos[ids.hand]
         apart = data.xpos[ids.rightclaw] - data.xpos[ids.leftclaw]
         distance = np.sqrt(apart.dot(apart))  # numpy.linalg.norm's own arithmetic for a 1-D vector
-        out[3] = np.clip(distance / 0.1, 0.0, 1.0)
+        out[3] = clip(distance / 0.1, 0.0, 1.0)
         for k in range(n_obj):
             out[4 + 7 * k : 7 + 7 * k] = obj_pos[3 * k : 3 * k + 3]
             out[7 + 7 * k : 11 + 7 * k] = obj_quat[4 * k : 4 * k + 4]
@@ -348,9 +263,20 @@ class FastSawyerMixin:
         self._prev_obs = current
         return obs
 
+    def _get_id_main_object(self) -> int:
+        i = self._fast_ids.lookup("geom", "objGeom")
+        if i < 0:
+            return plain(self)._get_id_main_object()  # type: ignore[no-any-return]  (raises as MetaWorld does)
+        return i
+
     def evaluate_state(self, obs: np.ndarray, action: np.ndarray) -> tuple[float, dict[str, Any]]:
-        with _swapped(self._fast_reward_utils, "tolerance", self._fast_tolerance):
-            return _plain(self).evaluate_state(obs, action)  # type: ignore[misc]
+        # _swapped's work without a generator's cost: this runs once per step
+        utils = self._fast_reward_utils
+        saved, utils.tolerance = utils.tolerance, self._fast_tolerance
+        try:
+            return plain(self).evaluate_state(obs, action)  # type: ignore[misc]
+        finally:
+            utils.tolerance = saved
 
 
 _FAST_CLASSES: dict[type, type] = {}
@@ -363,22 +289,31 @@ _WRAPPERS = frozenset({"_get_quat_objects", "evaluate_state"})
 def fast_class(cls: type) -> type:
     """The fast subclass of a MetaWorld env class (one per class, made once). A replacement goes
     in only where the class still uses MetaWorld's (or gymnasium's) shared version of the method:
-    a task that defines its own ``_gripper_caging_reward``, say, keeps it."""
+    a task that defines its own ``_gripper_caging_reward``, say, keeps it. Likewise a task's own
+    methods (:data:`~rl_moe.envs.metaworld_fast_tasks.TASKS`) go in only where the class still uses
+    that task class's version."""
     if cls not in _FAST_CLASSES:
         # lazy: this module imports without metaworld (unsupported_reason reports it missing)
         from gymnasium.envs.mujoco import MujocoEnv
         from metaworld.sawyer_xyz_env import SawyerMocapBase, SawyerXYZEnv  # lazy: as above
 
+        def owner(name: str) -> type | None:
+            return next((k for k in cls.__mro__ if name in vars(k)), None)
+
         shared = (SawyerXYZEnv, SawyerMocapBase, MujocoEnv)
-        overrides = {}
-        for name, value in vars(FastSawyerMixin).items():
-            if name.startswith("__"):
-                continue
-            owner = next((k for k in cls.__mro__ if name in vars(k)), None)
-            if name in _WRAPPERS or owner in shared:
-                overrides[name] = value
+        overrides: dict[str, Any] = {name: value for name, value in _own(FastSawyerMixin) if name in _WRAPPERS or owner(name) in shared}
+        task = next((k for k in cls.__mro__ if f"{k.__module__}.{k.__qualname__}" in TASKS), None)
+        if task is not None:
+            task_methods = TASKS[f"{task.__module__}.{task.__qualname__}"]
+            overrides.update((name, value) for name, value in _own(task_methods) if owner(name) is task)
+            overrides["_fast_task"] = task
         _FAST_CLASSES[cls] = type(f"Fast{cls.__name__}", (cls,), {**overrides, "__module__": __name__, "__slots__": ()})
     return _FAST_CLASSES[cls]
+
+
+def _own(mixin: type) -> list[tuple[str, Any]]:
+    """The methods a mixin class defines itself (no dunders)."""
+    return [(name, value) for name, value in vars(mixin).items() if not name.startswith("__")]
 
 
 def is_fast(env: Any) -> bool:
@@ -403,6 +338,6 @@ def make_fast(env: Any) -> Any:
     raw._fast_ids = _Ids(raw)
     raw._fast_module = module
     raw._fast_reward_utils = reward_utils
-    raw._fast_tolerance = _fast_tolerance(reward_utils.tolerance, reward_utils._sigmoids)
+    raw._fast_tolerance = fast_tolerance(reward_utils.tolerance, reward_utils._sigmoids)
     raw.__class__ = fast_class(type(raw))
     return env

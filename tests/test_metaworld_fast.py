@@ -16,7 +16,7 @@ import torch
 from metaworld.utils import reward_utils
 from scipy.spatial.transform import Rotation
 
-from rl_moe.envs import metaworld_fast
+from rl_moe.envs import metaworld_fast, metaworld_fast_math
 from rl_moe.envs.envstate import restore_env, snapshot_env
 from rl_moe.envs.factories import EnvFactory
 from rl_moe.envs.families import METAWORLD_FAST_VAR, metaworld_expert
@@ -103,19 +103,19 @@ def _rotation_matrices(n: int, rng: np.random.Generator) -> list[np.ndarray]:
 
 def test_quaternion_matches_scipy_bit_for_bit() -> None:
     for m in _rotation_matrices(20_000, np.random.default_rng(0)):
-        assert metaworld_fast.quat_from_matrix(m).tobytes() == Rotation.from_matrix(m).as_quat().tobytes(), m
+        assert metaworld_fast_math.quat_from_matrix(m).tobytes() == Rotation.from_matrix(m).as_quat().tobytes(), m
 
 
 def test_quaternion_leaves_what_scipy_would_orthogonalize_or_refuse_to_scipy() -> None:
     skewed = np.diag([1.0, 1.0, 1.0 + 1e-4])  # not orthogonal: scipy orthogonalizes it by SVD
-    assert metaworld_fast.quat_from_matrix(skewed).tobytes() == Rotation.from_matrix(skewed).as_quat().tobytes()
+    assert metaworld_fast_math.quat_from_matrix(skewed).tobytes() == Rotation.from_matrix(skewed).as_quat().tobytes()
     with pytest.raises(ValueError, match="determinant"):
-        metaworld_fast.quat_from_matrix(np.diag([1.0, 1.0, -1.0]))
+        metaworld_fast_math.quat_from_matrix(np.diag([1.0, 1.0, -1.0]))
 
 
 @pytest.mark.parametrize("sigmoid", ["gaussian", "hyperbolic", "long_tail", "reciprocal", "cosine", "linear", "quadratic", "tanh_squared"])
 def test_tolerance_matches_metaworld(sigmoid: str) -> None:
-    fast = metaworld_fast._fast_tolerance(reward_utils.tolerance, reward_utils._sigmoids)
+    fast = metaworld_fast_math.fast_tolerance(reward_utils.tolerance, reward_utils._sigmoids)
     rng = np.random.default_rng(1)
     for _ in range(3000):
         lower = float(rng.uniform(-1, 1))
@@ -133,6 +133,60 @@ def test_tolerance_matches_metaworld(sigmoid: str) -> None:
     assert repr(fast(x32, bounds=(0, 1), margin=0.5, sigmoid=sigmoid)) == repr(reward_utils.tolerance(x32, bounds=(0, 1), margin=0.5, sigmoid=sigmoid))
     with pytest.raises(ValueError, match="Lower bound"):
         fast(0.5, bounds=(1.0, 0.0), margin=0.1, sigmoid=sigmoid)
+
+
+def test_norm_and_clip_match_numpy_bit_for_bit() -> None:
+    rng = np.random.default_rng(4)
+    cases: list[Any] = [rng.normal(size=n) for n in (2, 3, 4, 9)]
+    cases += [rng.normal(size=(3, 3)), rng.normal(size=8)[::2], np.array([3, 4]), [0.1, 0.2, 0.3], np.float32([1e-3, 2.0, 3.0])]
+    for x in cases:
+        want, got = np.linalg.norm(x), metaworld_fast_math.norm(x)
+        assert type(got) is type(want) and np.asarray(got).tobytes() == np.asarray(want).tobytes(), x
+    obs, low, high = rng.normal(size=39), -np.abs(rng.normal(size=39)), np.abs(rng.normal(size=39))
+    obs[:3] = [np.nan, -0.0, np.inf]
+    low[1] = 0.0
+    want = np.clip(obs, a_max=high, a_min=low, dtype=np.float64)
+    assert metaworld_fast_math.clip(obs, low, high, dtype=np.float64).tobytes() == want.tobytes()
+    for d in (np.float64(-0.3), np.float64(0.4), np.float64(12.0)):
+        assert repr(metaworld_fast_math.clip(d, 0.0, 1.0)) == repr(np.clip(d, 0.0, 1.0))
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_main_object_id_is_metaworlds(task: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The id the fast path caches is the one MetaWorld looks up by name (or both raise alike)."""
+    plain, fast = (_env(task, "fixed", 200, f, monkeypatch).unwrapped for f in (False, True))
+    try:
+        want: Any = plain._get_id_main_object()
+    except Exception as e:  # noqa: BLE001  (some tasks name no main object; the fast path must raise alike)
+        want = type(e)
+    try:
+        got: Any = fast._get_id_main_object()
+    except Exception as e:  # noqa: BLE001
+        got = type(e)
+    assert got == want
+
+
+def test_task_methods_go_where_the_task_class_still_uses_its_own() -> None:
+    """Each entry of TASKS names a MetaWorld class whose env gets its methods; a subclass that
+    defines its own ``compute_reward`` keeps it, and takes the task's other methods."""
+    import importlib
+
+    from rl_moe.envs.metaworld_fast_tasks import TASKS as TASK_METHODS
+
+    for qualified, methods in TASK_METHODS.items():
+        module, name = qualified.rsplit(".", 1)
+        task_cls = getattr(importlib.import_module(module), name)
+        fast = metaworld_fast.fast_class(task_cls)
+        assert fast._fast_task is task_cls
+        own = [m for m in vars(methods) if not m.startswith("__")]
+        assert own and all(vars(fast)[m] is vars(methods)[m] for m in own), qualified
+
+        def compute_reward(self: Any, action: Any, obs: Any) -> Any:
+            raise NotImplementedError
+
+        custom = metaworld_fast.fast_class(type(f"Custom{name}", (task_cls,), {"compute_reward": compute_reward}))
+        assert "compute_reward" not in vars(custom) and custom.compute_reward is compute_reward
+        assert all(vars(custom)[m] is vars(methods)[m] for m in own if m != "compute_reward")
 
 
 def test_other_metaworld_versions_get_the_plain_envs(monkeypatch: pytest.MonkeyPatch) -> None:
