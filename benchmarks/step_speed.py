@@ -99,7 +99,7 @@ def main() -> None:
     commit = {"new": describe(ROOT), "base": describe(args.baseline)} if args.baseline else {}
     print(f"cw10 env stepping on the fast path: 8 envs, uniform random actions, {args.steps} vec steps per round, {args.rounds} alternated rounds, 1 thread")
     print(f"  this checkout {commit.get('new')} against the baseline {commit.get('base')}; thread CPU time")
-    print(f"  {'task':<18} {'new / baseline':>15} {'per-round range':>16} {'new ms/vec step':>16} {'new / mj_step':>14} {'base / mj_step':>15}  trajectories")
+    print(f"  {'task':<22} {'new / baseline':>15} {'per-round range':>16} {'new ms/vec step':>16} {'new / mj_step':>14} {'base / mj_step':>15}  trajectories")
     for task in args.tasks:
         workers = dict(zip(("new", "base"), baseline_pair(args.baseline, "step_speed.py", ["--task", task, "--steps", str(args.steps)])))
         seconds: dict[str, list[float]] = {"new": [], "base": []}
@@ -116,7 +116,7 @@ def main() -> None:
         same = hashes["new"] == hashes["base"] and floors["new"]["hash"] == floors["base"]["hash"]
         over_floor = {name: statistics.median(seconds[name]) / float(f["mj_step"]) for name, f in floors.items()}
         print(
-            f"  {task:<18} {statistics.median(pairs):>15.3f} {min(pairs):>7.3f}–{max(pairs):<8.3f} {1e3 * statistics.median(seconds['new']) / args.steps:>16.3f}"
+            f"  {task:<22} {statistics.median(pairs):>15.3f} {min(pairs):>7.3f}–{max(pairs):<8.3f} {1e3 * statistics.median(seconds['new']) / args.steps:>16.3f}"
             f" {over_floor['new']:>13.2f}x {over_floor['base']:>14.2f}x  {'equal bytes' if same else 'DIFFERENT'}"
         )
 
