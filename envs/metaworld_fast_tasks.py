@@ -16,7 +16,7 @@ uses that task class's own: a subclass that overrides one keeps it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -38,6 +38,20 @@ class _TaskBase:
     _fast_reward_utils: Any
     _fast_task: type
     reward_function_version: str
+
+
+def _v2_ready(env: Any) -> bool:
+    """Whether the rewritten reward applies: the current reward, after a reset has set the target
+    and the object's start (otherwise MetaWorld's own code runs, and asserts as it does)."""
+    return env.reward_function_version == "v2" and env._target_pos is not None and env.obj_init_pos is not None  # type: ignore[no-any-return]
+
+
+def _geom_pos(env: _TaskBase, name: str) -> np.ndarray:
+    """``data.geom(name).xpos``: a view, as MetaWorld's."""
+    i = env._fast_ids.lookup("geom", name)
+    if i < 0:
+        return plain(env)._get_pos_objects()  # type: ignore[no-any-return]  (raises as MetaWorld does)
+    return env.data.geom_xpos[i]  # type: ignore[no-any-return]
 
 
 def _geom_quat(env: _TaskBase, name: str) -> np.ndarray:
@@ -112,17 +126,14 @@ class FastPushWall(_TaskBase):
     obj_init_pos: np.ndarray
 
     def _get_pos_objects(self) -> np.ndarray:
-        obj = self._fast_ids.lookup("geom", "objGeom")
-        if obj < 0:
-            return plain(self)._get_pos_objects()  # type: ignore[no-any-return]
-        return self.data.geom_xpos[obj]  # type: ignore[no-any-return]  (a view, as MetaWorld's)
+        return _geom_pos(self, "objGeom")
 
     def _get_quat_objects(self) -> np.ndarray:
         return _geom_quat(self, "objGeom")
 
     def compute_reward(self, action: np.ndarray, obs: np.ndarray) -> tuple[float, float, float, float, float, float]:
-        if self.reward_function_version != "v2" or self._target_pos is None or self.obj_init_pos is None:
-            return plain(self).compute_reward(action, obs)  # type: ignore[no-any-return]  (asserts as MetaWorld does)
+        if not _v2_ready(self):
+            return plain(self).compute_reward(action, obs)  # type: ignore[no-any-return]
         target_radius = 0.05
         tolerance = self._fast_reward_utils.tolerance
         tcp = self.tcp_center  # type: ignore[attr-defined]
@@ -198,6 +209,26 @@ class FastFaucetClose(_TaskBase):
 
 
 # ---- push-v3 and push-back-v3 --------------------------------------------------------------------
+class _PushTerms(NamedTuple):
+    """The terms push-v3's and push-back-v3's rewards both open with, in MetaWorld's order."""
+
+    obj: np.ndarray
+    tcp_opened: Any
+    tcp_to_obj: float
+    target_to_obj: float
+    target_to_obj_init: float
+    in_place: float
+
+
+def _push_terms(env: Any, obs: np.ndarray) -> _PushTerms:
+    obj = obs[4:7]
+    tcp_to_obj = float(norm(obj - env.tcp_center))
+    target_to_obj = float(norm(obj - env._target_pos))
+    target_to_obj_init = float(norm(env.obj_init_pos - env._target_pos))
+    in_place = env._fast_reward_utils.tolerance(target_to_obj, bounds=(0, env.TARGET_RADIUS), margin=target_to_obj_init, sigmoid="long_tail")
+    return _PushTerms(obj, obs[3], tcp_to_obj, target_to_obj, target_to_obj_init, in_place)
+
+
 class FastPush(_TaskBase):
     """``SawyerPushEnvV3`` (its object position is ``get_body_com``, already on the fast path)."""
 
@@ -209,14 +240,9 @@ class FastPush(_TaskBase):
         return _geom_quat(self, "objGeom")
 
     def compute_reward(self, action: np.ndarray, obs: np.ndarray) -> tuple[float, float, float, float, float, float]:
-        if self.reward_function_version != "v2" or self._target_pos is None or self.obj_init_pos is None:
-            return plain(self).compute_reward(action, obs)  # type: ignore[no-any-return]  (asserts as MetaWorld does)
-        obj = obs[4:7]
-        tcp_opened = obs[3]
-        tcp_to_obj = float(norm(obj - self.tcp_center))  # type: ignore[attr-defined]
-        target_to_obj = float(norm(obj - self._target_pos))
-        target_to_obj_init = float(norm(self.obj_init_pos - self._target_pos))
-        in_place = self._fast_reward_utils.tolerance(target_to_obj, bounds=(0, self.TARGET_RADIUS), margin=target_to_obj_init, sigmoid="long_tail")
+        if not _v2_ready(self):
+            return plain(self).compute_reward(action, obs)  # type: ignore[no-any-return]
+        obj, tcp_opened, tcp_to_obj, target_to_obj, target_to_obj_init, in_place = _push_terms(self, obs)
         object_grasped = self._gripper_caging_reward(  # type: ignore[attr-defined]
             action, obj, object_reach_radius=0.01, obj_radius=0.015, pad_success_thresh=0.05, xz_thresh=0.005,
             high_density=True,
@@ -238,23 +264,15 @@ class FastPushBack(_TaskBase):
     obj_init_pos: np.ndarray
 
     def _get_pos_objects(self) -> np.ndarray:
-        obj = self._fast_ids.lookup("geom", "objGeom")
-        if obj < 0:
-            return plain(self)._get_pos_objects()  # type: ignore[no-any-return]
-        return self.data.geom_xpos[obj]  # type: ignore[no-any-return]  (a view, as MetaWorld's)
+        return _geom_pos(self, "objGeom")
 
     def _get_quat_objects(self) -> np.ndarray:
         return _geom_quat(self, "objGeom")
 
     def compute_reward(self, action: np.ndarray, obs: np.ndarray) -> tuple[float, float, float, float, float, float]:
-        if self.reward_function_version != "v2" or self._target_pos is None or self.obj_init_pos is None:
-            return plain(self).compute_reward(action, obs)  # type: ignore[no-any-return]  (asserts as MetaWorld does)
-        obj = obs[4:7]
-        tcp_opened = obs[3]
-        tcp_to_obj = float(norm(obj - self.tcp_center))  # type: ignore[attr-defined]
-        target_to_obj = float(norm(obj - self._target_pos))
-        target_to_obj_init = float(norm(self.obj_init_pos - self._target_pos))
-        in_place = self._fast_reward_utils.tolerance(target_to_obj, bounds=(0, self.TARGET_RADIUS), margin=target_to_obj_init, sigmoid="long_tail")
+        if not _v2_ready(self):
+            return plain(self).compute_reward(action, obs)  # type: ignore[no-any-return]
+        obj, tcp_opened, tcp_to_obj, target_to_obj, target_to_obj_init, in_place = _push_terms(self, obs)
         object_grasped = self._gripper_caging_reward(action, obj, self.OBJ_RADIUS)  # type: ignore[attr-defined]
         reward = self._fast_reward_utils.hamacher_product(object_grasped, in_place)
         if (tcp_to_obj < 0.01) and (0 < tcp_opened < 0.55) and (target_to_obj_init - target_to_obj > 0.01):
@@ -290,8 +308,8 @@ class FastStickPull(_TaskBase):
         return np.concatenate((quat_from_matrix(self.data.xmat[stick].reshape(3, 3)), _NO_QUAT))
 
     def compute_reward(self, action: np.ndarray, obs: np.ndarray) -> tuple[float, float, float, float, float, float]:
-        if self.reward_function_version != "v2" or self._target_pos is None or self.obj_init_pos is None:
-            return plain(self).compute_reward(action, obs)  # type: ignore[no-any-return]  (asserts as MetaWorld does)
+        if not _v2_ready(self):
+            return plain(self).compute_reward(action, obs)  # type: ignore[no-any-return]
         target_radius = 0.05
         tolerance, hamacher = self._fast_reward_utils.tolerance, self._fast_reward_utils.hamacher_product
         tcp = self.tcp_center  # type: ignore[attr-defined]
@@ -342,8 +360,8 @@ class FastShelfPlace(_TaskBase):
         return _geom_quat(self, "objGeom")
 
     def compute_reward(self, action: np.ndarray, obs: np.ndarray) -> tuple[float, float, float, float, float, float]:
-        if self.reward_function_version != "v2" or self._target_pos is None or self.obj_init_pos is None:
-            return plain(self).compute_reward(action, obs)  # type: ignore[no-any-return]  (asserts as MetaWorld does)
+        if not _v2_ready(self):
+            return plain(self).compute_reward(action, obs)  # type: ignore[no-any-return]
         target_radius = 0.05
         hamacher = self._fast_reward_utils.hamacher_product
         tcp = self.tcp_center  # type: ignore[attr-defined]
@@ -389,8 +407,8 @@ class FastPegUnplugSide(_TaskBase):
         return self.data.xquat[plug]  # type: ignore[no-any-return]  (a view, as MetaWorld's)
 
     def compute_reward(self, action: np.ndarray, obs: np.ndarray) -> tuple[float, float, float, float, float, float, float]:
-        if self.reward_function_version != "v2" or self._target_pos is None or self.obj_init_pos is None:
-            return plain(self).compute_reward(action, obs)  # type: ignore[no-any-return]  (asserts as MetaWorld does)
+        if not _v2_ready(self):
+            return plain(self).compute_reward(action, obs)  # type: ignore[no-any-return]
         tcp = self.tcp_center  # type: ignore[attr-defined]
         obj = obs[4:7]
         tcp_opened = obs[3]
