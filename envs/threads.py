@@ -23,10 +23,12 @@ torch threads and two pool workers ran a whole CW10 PPO run 1.34x as fast as the
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
@@ -39,12 +41,64 @@ from rl_moe.errors import UsageError
 AUTO_TORCH_THREADS = 2
 
 
-def available_cores() -> int:
-    """CPUs this process may run on (its affinity mask, not the machine's count)."""
+#: Where Linux says which control groups a process is in, and where their files are mounted.
+PROC_CGROUP = Path("/proc/self/cgroup")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def _read(path: Path) -> str | None:
     try:
-        return len(os.sched_getaffinity(0))
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _quota_at(group: Path) -> float | None:
+    """CPUs one control group's own quota allows: cgroup v2's ``cpu.max`` ("max 100000": none;
+    "150000 100000": 1.5), else v1's ``cpu.cfs_quota_us`` (-1: none) over ``cpu.cfs_period_us``."""
+    v2 = _read(group / "cpu.max")
+    if v2 is not None:
+        quota, period = (v2.split() + ["", ""])[:2]
+    else:
+        quota, period = _read(group / "cpu.cfs_quota_us") or "", _read(group / "cpu.cfs_period_us") or ""
+    try:
+        q, p = int(quota), int(period)
+    except ValueError:  # "max", or no such files
+        return None
+    return q / p if q > 0 and p > 0 else None
+
+
+def cgroup_cpu_quota(proc_cgroup: Path = PROC_CGROUP, root: Path = CGROUP_ROOT) -> float | None:
+    """CPUs this process's control groups allow: the tightest quota over its group and the groups
+    above it, under cgroup v2 or v1's ``cpu`` controller; None where none sets one (or not Linux)."""
+    text = _read(proc_cgroup)
+    if text is None:
+        return None
+    groups: list[Path] = []
+    for line in text.splitlines():
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":  # v2: one hierarchy, mounted at the root (or beside v1 as "unified")
+            mounts = [root, root / "unified"]
+        elif "cpu" in controllers.split(","):
+            mounts = [root / controllers, root / "cpu"]
+        else:
+            continue
+        inner = Path(path.strip().lstrip("/"))
+        groups += [mount / level for mount in mounts for level in (inner, *inner.parents)]
+    quotas = [q for g in dict.fromkeys(groups) if (q := _quota_at(g)) is not None]
+    return min(quotas) if quotas else None
+
+
+def available_cores() -> int:
+    """CPUs this process may run on: its affinity mask, not the machine's count, capped by its
+    control groups' CPU quota rounded down (a container given 1.5 CPUs counts 1: threads beyond a
+    quota are throttled, not run)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    return cores if quota is None else max(1, min(cores, math.floor(quota)))
 
 
 def parse_threads(value: str) -> int | None:
@@ -65,7 +119,7 @@ def split_threads(torch_threads: int | None, vec_env: str, n_envs: int, cores: i
     pool number is 0 for backends without worker threads.
 
     :param torch_threads: ``--threads`` as parsed (None: auto)
-    :param cores: CPUs available (default: this process's affinity)
+    :param cores: CPUs available (default: :func:`available_cores`)
     """
     cores = available_cores() if cores is None else cores
     native = may_pool(vec_env)

@@ -3,6 +3,8 @@ two on EnvPool only while the load leaves two cores free, and the user's OMP_NUM
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -56,3 +58,38 @@ def test_governor_sets_threads_per_task_and_drops_to_one_under_load(monkeypatch:
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def _groups(tmp_path: Path, lines: str, files: dict[str, str]) -> tuple[Path, Path]:
+    """A fake ``/proc/self/cgroup`` and cgroup mount with the given files under it."""
+    proc, root = tmp_path / "cgroup", tmp_path / "fs"
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    proc.write_text(lines)
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return proc, root
+
+
+def test_a_cgroup_quota_is_read_from_the_tightest_group(tmp_path: Path) -> None:
+    # v2: the process's own group sets none, the one above it 1.5 CPUs, the root 3
+    proc, root = _groups(tmp_path / "v2", "0::/a/b\n", {"a/b/cpu.max": "max 100000\n", "a/cpu.max": "150000 100000\n", "cpu.max": "300000 100000\n"})
+    assert threads.cgroup_cpu_quota(proc, root) == 1.5
+    # v1's cpu controller (mounted as cpu,cpuacct), other controllers' lines beside it
+    proc, root = _groups(
+        tmp_path / "v1", "4:memory:/docker/x\n3:cpu,cpuacct:/docker/x\n0::/\n",
+        {"cpu,cpuacct/docker/x/cpu.cfs_quota_us": "200000\n", "cpu,cpuacct/docker/x/cpu.cfs_period_us": "100000\n",
+         "cpu,cpuacct/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n", "memory/docker/x/cpu.max": "50000 100000\n"},
+    )  # fmt: skip
+    assert threads.cgroup_cpu_quota(proc, root) == 2.0
+    # no quota anywhere, or no cgroup files at all
+    proc, root = _groups(tmp_path / "none", "0::/\n1:cpu:/\n", {"cpu.max": "max 100000\n", "cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"})
+    assert threads.cgroup_cpu_quota(proc, root) is None
+    assert threads.cgroup_cpu_quota(tmp_path / "missing", root) is None
+
+
+@pytest.mark.parametrize(("quota", "expected"), [(None, 4), (0.5, 1), (1.5, 1), (2.0, 2), (16.0, 4)])
+def test_available_cores_are_the_affinity_capped_by_the_quota(quota: float | None, expected: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(threads, "cgroup_cpu_quota", lambda: quota)
+    assert threads.available_cores() == expected
