@@ -24,7 +24,7 @@ from rl_moe.continual.presets import learner_presets
 from rl_moe.continual.probe_states import PROBE_POLICIES, default_probe_policy
 from rl_moe.diagnostics.probe import ProbeConfig
 from rl_moe.envs.factories import resolve_vec_env_type
-from rl_moe.envs.families import FAMILIES, get_family
+from rl_moe.envs.families import get_family
 from rl_moe.envs.suites import Suite, load_suite
 from rl_moe.errors import UsageError, check_choice, check_keys, check_positive
 from rl_moe.provenance import code_version
@@ -85,7 +85,7 @@ def _resolve_probe_policy(probe: ProbeConfig, suite: Suite) -> ProbeConfig:
     if policy == "auto":
         policy = default_probe_policy(suite.family)
     if policy == "expert":
-        make_expert = FAMILIES[suite.family].expert
+        make_expert = get_family(suite.family, suite.family_module).expert
         if make_expert is None:
             raise UsageError(f"probe.policy 'expert' needs scripted experts, which family {suite.family!r} lacks; valid choices here: auto, random")
         for task in suite.probe_tasks:
@@ -136,7 +136,7 @@ def _check_named_pool(vec_env: str, suite: Suite, tasks: tuple[str, ...]) -> Non
     faithfully (the paper's fixed positions rule it out on every MetaWorld task) is refused, not
     replaced by the official envs; ``auto`` chooses per task, and a run the pool serves in part
     keeps its per-task notes."""
-    refusal = FAMILIES[suite.family].pool_refusal if vec_env == "envpool" else None
+    refusal = get_family(suite.family, suite.family_module).pool_refusal if vec_env == "envpool" else None
     if refusal is None:
         return
     why = [refusal(t) for t in suite.tasks if t.name in tasks]
@@ -232,7 +232,7 @@ def resolve(req: RunRequest) -> RunConfig:
     cfg.__dict__["suite_spec"] = suite
     _check_net(cfg)
     _check_clip(cfg.eval, suite)
-    family = FAMILIES[suite.family]
+    family = get_family(suite.family, suite.family_module)
     family.check_available()
     family.check_tasks(suite)
     check_reference(req.reference)
