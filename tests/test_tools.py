@@ -177,8 +177,9 @@ def test_slice_decision_cli_on_the_committed_slice(tmp_path: Path, capsys: pytes
 
 def test_slice_decision_beyond_the_deciding_look_adds_estimates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """With a sixth seed per method the 5-seed verdict stands, and estimates over all six runs
-    (own-segment and held out) follow it. The sixth runs are copies under seed 5: SPHERE's of Top-K
-    seed 0 and Top-K's of SPHERE seed 0, so that the estimates must differ from the look."""
+    (own-segment and held out) follow it. The committed seeds 0–4 are taken, and the sixth runs are
+    copies under seed 5: SPHERE's of Top-K seed 0 and Top-K's of SPHERE seed 0, so that the
+    estimates must differ from the look."""
     from tools import slice_decision
 
     committed = tmp_path / "committed.json"
@@ -186,7 +187,7 @@ def test_slice_decision_beyond_the_deciding_look_adds_estimates(tmp_path: Path, 
     five = json.loads(committed.read_text())
     grown, names = tmp_path / "runs", ("config.json", "results.json", "positions-25.json")
     for run in (RESULTS / "slice-authors").glob("ppo-*-crl-s*"):
-        if run.name.split("-")[1] in ("topk", "sphere"):
+        if run.name.split("-")[1] in ("topk", "sphere") and int(run.name.rsplit("s", 1)[1]) < 5:
             shutil.copytree(run, grown / run.name, ignore=lambda _, found: [f for f in found if f not in names])
     for method, other in (("sphere", "topk"), ("topk", "sphere")):  # seed 5: the method's config, the other's scores
         dst = grown / f"ppo-{method}-crl-s5"
