@@ -12,15 +12,18 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
 HERE = Path(__file__).resolve().parent
 #: This checkout: the tree the benchmarks belong to.
 ROOT = HERE.parent
 #: Set in a worker's environment: the checkout whose package it imports.
 TREE_VAR = "RL_MOE_BENCH_TREE"
+#: What one turn of a worker returns (:func:`alternated`).
+T = TypeVar("T")
 
 
 class _TreeEnvs(importlib.abc.MetaPathFinder):
@@ -81,6 +84,17 @@ def check_baseline(baseline: Path | None) -> Path:
         print(f"--baseline must be a checkout with rl_moe/ (got {baseline}); e.g. git worktree add --detach /tmp/rl_moe-base <commit>", file=sys.stderr)
         raise SystemExit(2)
     return baseline
+
+
+def alternated(new: Worker, base: Worker, turn: Callable[[Worker], T], rounds: int) -> dict[str, list[T]]:
+    """``turn`` of each worker, ``rounds`` times, in the order new base, base new, ... (a b b a), so
+    that the neighbours' load hits both alike; each side's results under ``"new"`` and ``"base"``."""
+    workers = {"new": new, "base": base}
+    out: dict[str, list[T]] = {"new": [], "base": []}
+    for r in range(rounds):
+        for name in ("new", "base") if r % 2 == 0 else ("base", "new"):
+            out[name].append(turn(workers[name]))
+    return out
 
 
 def baseline_pair(baseline: Path | None, script: str, args: list[str]) -> tuple[Worker, Worker]:

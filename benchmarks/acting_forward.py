@@ -40,7 +40,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 sys.path.insert(0, str(HERE))
-from _workers import ROOT, baseline_pair, describe  # noqa: E402  (a sibling module of this script)
+from _workers import ROOT, alternated, baseline_pair, describe  # noqa: E402  (a sibling module of this script)
 
 
 def _copied(step: tuple) -> tuple:  # type: ignore[type-arg]
@@ -137,13 +137,9 @@ def main() -> None:
     new, base = baseline_pair(args.baseline, "acting_forward.py", ["--task", args.task, "--calls", str(args.calls), "--method", args.method])
     commit = {"new": describe(ROOT), "base": describe(args.baseline)}
     same = new.ask("actions")["actions"] == base.ask("actions")["actions"]
-    seconds: dict[str, list[float]] = {"new": [], "base": []}
-    rollouts: dict[str, list[dict]] = {"new": [], "base": []}  # type: ignore[type-arg]
-    for r in range(args.rounds):
-        for name in ("new", "base") if r % 2 == 0 else ("base", "new"):
-            worker = new if name == "new" else base
-            seconds[name].append(float(worker.ask("time")["seconds"]))
-            rollouts[name].append(worker.ask("rollout"))
+    turns = alternated(new, base, lambda w: (float(w.ask("time")["seconds"]), w.ask("rollout")), args.rounds)
+    seconds = {name: [t[0] for t in got] for name, got in turns.items()}
+    rollouts = {name: [t[1] for t in got] for name, got in turns.items()}
     new.close()
     base.close()
     pairs = [n / b for n, b in zip(seconds["new"], seconds["base"])]

@@ -28,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 sys.path.insert(0, str(HERE))
-from _workers import ROOT, baseline_pair, describe  # noqa: E402  (a sibling module of this script)
+from _workers import ROOT, alternated, baseline_pair, describe  # noqa: E402  (a sibling module of this script)
 
 
 def _worker(task_name: str) -> None:
@@ -70,17 +70,13 @@ def main() -> None:
     if args.worker:
         _worker(args.task)
         return
-    workers = dict(zip(("new", "base"), baseline_pair(args.baseline, "eval_speed.py", ["--task", args.task])))
+    new, base = baseline_pair(args.baseline, "eval_speed.py", ["--task", args.task])
     commit = {"new": describe(ROOT), "base": describe(args.baseline)}
-    seconds: dict[str, list[float]] = {"new": [], "base": []}
-    scores: dict[str, list[object]] = {"new": [], "base": []}
-    for r in range(args.rounds):
-        for name in ("new", "base") if r % 2 == 0 else ("base", "new"):
-            answer = workers[name].ask("eval")
-            seconds[name].append(float(answer["seconds"]))
-            scores[name].append(answer["scores"])
-    for w in workers.values():
-        w.close()
+    answers = alternated(new, base, lambda w: w.ask("eval"), args.rounds)
+    new.close()
+    base.close()
+    seconds = {name: [float(a["seconds"]) for a in got] for name, got in answers.items()}
+    scores = {name: [a["scores"] for a in got] for name, got in answers.items()}
     pairs = [n / b for n, b in zip(seconds["new"], seconds["base"])]
     same = scores["new"] == scores["base"] and len({json.dumps(s) for s in scores["new"]}) == 1
     print(f"cw10 {args.task}: one periodic evaluation (10 deterministic episodes on 5 reused eval envs), Top-K + SPHERE at its init, 1 thread, {args.rounds} alternated rounds")

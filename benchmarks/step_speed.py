@@ -30,7 +30,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 
 sys.path.insert(0, str(HERE))
-from _workers import ROOT, baseline_pair, describe  # noqa: E402  (a sibling module of this script)
+from _workers import ROOT, alternated, baseline_pair, describe  # noqa: E402  (a sibling module of this script)
 
 #: The slice's tasks (docs/results.md §8).
 SLICE = ["hammer-v3", "push-wall-v3", "faucet-close-v3"]
@@ -101,17 +101,13 @@ def main() -> None:
     print(f"  this checkout {commit.get('new')} against the baseline {commit.get('base')}; thread CPU time")
     print(f"  {'task':<22} {'new / baseline':>15} {'per-round range':>16} {'new ms/vec step':>16} {'new / mj_step':>14} {'base / mj_step':>15}  trajectories")
     for task in args.tasks:
-        workers = dict(zip(("new", "base"), baseline_pair(args.baseline, "step_speed.py", ["--task", task, "--steps", str(args.steps)])))
-        seconds: dict[str, list[float]] = {"new": [], "base": []}
-        hashes: dict[str, list[str]] = {"new": [], "base": []}
-        for r in range(args.rounds):
-            for name in ("new", "base") if r % 2 == 0 else ("base", "new"):
-                answer = workers[name].ask("round")
-                seconds[name].append(float(answer["seconds"]))
-                hashes[name].append(str(answer["hash"]))
-        floors = {name: w.ask("floor") for name, w in workers.items()}
-        for w in workers.values():
-            w.close()
+        new, base = baseline_pair(args.baseline, "step_speed.py", ["--task", task, "--steps", str(args.steps)])
+        answers = alternated(new, base, lambda w: w.ask("round"), args.rounds)
+        seconds = {name: [float(a["seconds"]) for a in got] for name, got in answers.items()}
+        hashes = {name: [str(a["hash"]) for a in got] for name, got in answers.items()}
+        floors = {"new": new.ask("floor"), "base": base.ask("floor")}
+        new.close()
+        base.close()
         pairs = [n / b for n, b in zip(seconds["new"], seconds["base"])]
         same = hashes["new"] == hashes["base"] and floors["new"]["hash"] == floors["base"]["hash"]
         over_floor = {name: statistics.median(seconds[name]) / float(f["mj_step"]) for name, f in floors.items()}

@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 PARTS = ("env", "acting", "update")
 
 sys.path.insert(0, str(HERE))
-from _workers import ROOT, baseline_pair, check_baseline, describe  # noqa: E402  (a sibling module of this script)
+from _workers import ROOT, alternated, baseline_pair, check_baseline, describe  # noqa: E402  (a sibling module of this script)
 
 
 def _worker(task_name: str, n_steps: int) -> None:
@@ -88,10 +88,7 @@ def _against_baseline(baseline: Path, task: str, rounds: int, n_steps: int) -> t
     """Medians per part of (new / baseline) over alternated cycles, and the new update's FLOP/s."""
     args = ["--tasks", task, "--n-steps", str(n_steps)]
     new, base = baseline_pair(baseline, "task_speed.py", args)
-    samples: dict[str, list[dict[str, float]]] = {"new": [], "base": []}
-    for r in range(rounds):
-        for name in ("new", "base") if r % 2 == 0 else ("base", "new"):
-            samples[name].append((new if name == "new" else base).ask("cycle"))
+    samples = alternated(new, base, lambda w: w.ask("cycle"), rounds)
     flop = float(new.ask("flop")["flop"])
     new.close()
     base.close()
