@@ -30,7 +30,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 
 sys.path.insert(0, str(HERE))
-from _workers import ROOT, alternated, baseline_pair, describe  # noqa: E402  (a sibling module of this script)
+from _workers import ROOT, alternated, baseline_pair, check_baseline, describe  # noqa: E402  (a sibling module of this script)
 
 #: The slice's tasks (docs/results.md §8).
 SLICE = ["hammer-v3", "push-wall-v3", "faucet-close-v3"]
@@ -96,9 +96,9 @@ def main() -> None:
     if args.worker:
         _worker(args.task, args.steps)
         return
-    commit = {"new": describe(ROOT), "base": describe(args.baseline)} if args.baseline else {}
+    commit = {"new": describe(ROOT), "base": describe(check_baseline(args.baseline))}
     print(f"cw10 env stepping on the fast path: 8 envs, uniform random actions, {args.steps} vec steps per round, {args.rounds} alternated rounds, 1 thread")
-    print(f"  this checkout {commit.get('new')} against the baseline {commit.get('base')}; thread CPU time")
+    print(f"  this checkout {commit['new']} against the baseline {commit['base']}; thread CPU time")
     print(f"  {'task':<22} {'new / baseline':>15} {'per-round range':>16} {'new ms/vec step':>16} {'new / mj_step':>14} {'base / mj_step':>15}  trajectories")
     for task in args.tasks:
         new, base = baseline_pair(args.baseline, "step_speed.py", ["--task", task, "--steps", str(args.steps)])
