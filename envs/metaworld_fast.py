@@ -34,14 +34,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import mujoco
 import numpy as np
 
-from rl_moe.envs.metaworld_fast_math import ExactRotation, clip, fast_tolerance
+from rl_moe.envs.metaworld_fast_math import ExactRotation, clip, fast_tolerance, norm
 from rl_moe.envs.metaworld_fast_tasks import TASKS, plain
 
 #: The only metaworld release whose code this module mirrors.
@@ -68,14 +67,21 @@ def unsupported_reason() -> str | None:
     return None
 
 
-@contextmanager
-def _swapped(module: Any, name: str, value: Any) -> Iterator[None]:
-    saved = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, saved)
+class _Swapped:
+    """``module.name`` set to ``value`` inside the block, restored after it (also on an error). A
+    class, not a generator: evaluate_state enters one on every step."""
+
+    __slots__ = ("module", "name", "value", "saved")
+
+    def __init__(self, module: Any, name: str, value: Any) -> None:
+        self.module, self.name, self.value = module, name, value
+
+    def __enter__(self) -> None:
+        self.saved = getattr(self.module, self.name)
+        setattr(self.module, self.name, self.value)
+
+    def __exit__(self, *exc: object) -> None:
+        setattr(self.module, self.name, self.saved)
 
 
 # ---- the env subclass ----------------------------------------------------------------------------
@@ -180,10 +186,10 @@ class FastSawyerMixin:
         caging_y = hamacher(*caging_lr)
         tcp = self.tcp_center
         to_init = init[_XZ] - self.init_tcp[_XZ]  # type: ignore[attr-defined]
-        caging_xz_margin = np.sqrt(to_init.dot(to_init))  # numpy.linalg.norm's arithmetic
+        caging_xz_margin = norm(to_init)
         caging_xz_margin -= xz_thresh
         to_obj = tcp[_XZ] - obj_pos[_XZ]
-        caging_xz = tolerance(np.sqrt(to_obj.dot(to_obj)), bounds=(0, xz_thresh), margin=caging_xz_margin, sigmoid="long_tail")
+        caging_xz = tolerance(norm(to_obj), bounds=(0, xz_thresh), margin=caging_xz_margin, sigmoid="long_tail")
         gripper_closed = min(max(0, action[-1]), desired_gripper_effort) / desired_gripper_effort
         caging = hamacher(caging_y, float(caging_xz))
         gripping = gripper_closed if caging > 0.97 else 0.0
@@ -194,8 +200,8 @@ class FastSawyerMixin:
             tcp = self.tcp_center
             to_obj = obj_pos - tcp
             to_obj_init = init - self.init_tcp  # type: ignore[attr-defined]
-            reach_margin = abs(np.sqrt(to_obj_init.dot(to_obj_init)) - object_reach_radius)
-            reach = tolerance(np.sqrt(to_obj.dot(to_obj)), bounds=(0, object_reach_radius), margin=reach_margin, sigmoid="long_tail")
+            reach_margin = abs(norm(to_obj_init) - object_reach_radius)
+            reach = tolerance(norm(to_obj), bounds=(0, object_reach_radius), margin=reach_margin, sigmoid="long_tail")
             caging_and_gripping = (caging_and_gripping + float(reach)) / 2
         return caging_and_gripping
 
@@ -234,7 +240,7 @@ class FastSawyerMixin:
         module = self._fast_module
         if getattr(module, "Rotation", None) is None:
             return plain(self)._get_quat_objects()  # type: ignore[misc]
-        with _swapped(module, "Rotation", ExactRotation):
+        with _Swapped(module, "Rotation", ExactRotation):
             return plain(self)._get_quat_objects()  # type: ignore[misc]
 
     def _get_curr_obs_combined_no_goal(self) -> np.ndarray:
@@ -247,7 +253,7 @@ class FastSawyerMixin:
         out = np.zeros(4 + self._obs_obj_max_len)
         out[0:3] = data.xpos[ids.hand]
         apart = data.xpos[ids.rightclaw] - data.xpos[ids.leftclaw]
-        distance = np.sqrt(apart.dot(apart))  # numpy.linalg.norm's own arithmetic for a 1-D vector
+        distance = norm(apart)
         out[3] = clip(distance / 0.1, 0.0, 1.0)
         for k in range(n_obj):
             out[4 + 7 * k : 7 + 7 * k] = obj_pos[3 * k : 3 * k + 3]
@@ -270,13 +276,8 @@ class FastSawyerMixin:
         return i
 
     def evaluate_state(self, obs: np.ndarray, action: np.ndarray) -> tuple[float, dict[str, Any]]:
-        # _swapped's work without a generator's cost: this runs once per step
-        utils = self._fast_reward_utils
-        saved, utils.tolerance = utils.tolerance, self._fast_tolerance
-        try:
+        with _Swapped(self._fast_reward_utils, "tolerance", self._fast_tolerance):
             return plain(self).evaluate_state(obs, action)  # type: ignore[misc]
-        finally:
-            utils.tolerance = saved
 
 
 _FAST_CLASSES: dict[type, type] = {}
