@@ -69,8 +69,9 @@ class EnvFamily:
     :param metaworld_scenes: its envs are MetaWorld v3 Sawyer scenes, so TensorBoard clips and
         videos can render them
     :param fast_path: ``make`` puts MetaWorld's fast path under its envs where it applies
-        (:func:`rl_moe.envs.metaworld_fast.make_fast`): worker processes, which cannot be asked, are
-        recorded as ``subproc+fast`` by this (in-process envs are asked)
+        (:func:`rl_moe.envs.metaworld_fast.make_fast`). Envs in worker processes are recorded as
+        ``subproc+fast`` by this flag, since the learner's process cannot inspect them (in-process
+        envs are inspected)
     """
 
     name: str

@@ -60,7 +60,7 @@ def vec_env_backend(env: Any, family: str) -> str:
         return "dummy+fast" if module is not None and module.is_fast(env.envs[0]) else "dummy"
     from rl_moe.envs.families import FAMILIES, metaworld_fast_enabled  # lazy: as above
 
-    if family not in FAMILIES or not FAMILIES[family].fast_path:  # the workers' envs cannot be asked
+    if family not in FAMILIES or not FAMILIES[family].fast_path:  # the envs live in worker processes, out of this process's reach
         return "subproc"
     from rl_moe.envs import metaworld_fast  # lazy: as above
 

@@ -59,7 +59,7 @@ def test_the_backend_says_whether_metaworld_ran_on_the_fast_path(fast: str, monk
 
 @pytest.mark.parametrize("fast", ["1", "0"])
 def test_worker_processes_record_the_fast_path_by_their_familys_fast_path_flag(fast: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Workers' envs cannot be asked, so the family's flag decides, whatever the family is called.
+    # Envs in worker processes cannot be inspected from here, so the family's flag decides, whatever the family is called.
     # The envs here are smoke envs: only the family's record is read, never the workers' envs.
     from dataclasses import replace
 
