@@ -64,7 +64,7 @@ def summary_table(files: list[Path]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--suite", default="cw10-cw", help="the suite whose rules and PPO config the probe trains under")
     p.add_argument("--seed", type=int, default=0)
@@ -75,6 +75,11 @@ def main() -> None:
     p.add_argument("--set", action="append", default=[], dest="overrides")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--summary", type=Path, nargs="+", default=None, help="print a table of these .jsonl files instead of training")
+    return p
+
+
+def main() -> None:
+    p = _parser()
     args = p.parse_args()
     if args.summary is not None:
         print(summary_table(args.summary))
