@@ -332,6 +332,18 @@ def test_cl_table_in_report(report: tuple[Path, str]) -> None:
 
 # --- TensorBoard curves and plots ---------------------------------------------------------------
 
+def test_plasticity_section_compares_each_tasks_probes(report: tuple[Path, str]) -> None:
+    _, md = report
+    assert "### Plasticity against the baseline" in md
+    # entk(): per task (two probes each, SPT = 100) Top-K seed 0 gives 17.5, 15.5, 13.5 and seed 1
+    # two more each; SPHERE 19 and 21 flat. IQMs over the 6 values: 16.5 and 20 (difference 3.5).
+    row = table_row(md, "plasticity diagnostics", "held-out r_e(K)")  # the first row: topk's
+    assert row[:6] == ["topk", "2", "18.50 ± 1.00", "16.50 ± 1.00", "14.50 ± 1.00", "16.50"] and row[6:] == ["—", "—"]
+    block = md[md.index("plasticity diagnostics"):]
+    sphere = next(line for line in block.splitlines() if line.startswith("| held-out r_e(K) | sphere |"))
+    assert "| 20.00 | 3.50 [" in sphere
+
+
 def test_seed_band_on_common_grid() -> None:
     a = Curve(np.array([0.0, 10.0]), np.array([0.0, 10.0]))
     b = Curve(np.array([0.0, 5.0, 8.0]), np.array([2.0, 7.0, 10.0]))

@@ -42,6 +42,7 @@ from rl_moe.report.stats import (
     VERDICT_REPS,
     fmt,
     fmt_ms,
+    fmt_p,
     iqm_difference_ci,
     mean_std,
     permutation_p,
@@ -132,7 +133,7 @@ def _rows(scored: Scored) -> list[str]:
         if m == BASELINE:
             diffs = ("—", "—", "—")
         else:
-            diffs = (_difference(s["ours"], base["ours"]), _difference(s["authors"], base["authors"]), f"{permutation_p(s['ours'], base['ours']):.3f}")
+            diffs = (_difference(s["ours"], base["ours"]), _difference(s["authors"], base["authors"]), fmt_p(permutation_p(s['ours'], base['ours'])))
         cells = (LABELS.get(m, m), str(len(runs)), _mean_std(s["ours"]), _mean_std(s["authors"]), _mean_std(s["heldout"]), *diffs)
         out.append("| " + " | ".join(cells) + " |")
     return out

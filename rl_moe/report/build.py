@@ -10,6 +10,8 @@ from rl_moe.cli import reraise_interrupt
 from rl_moe.report.collapse import TAGS as COLLAPSE_TAGS
 from rl_moe.report.collapse import collapse_table
 from rl_moe.report.loading import ReportError, RunSet, describe_network, describe_rules, load_runs, read_experts
+from rl_moe.report.plasticity import TAGS as DIAGNOSTIC_TAGS
+from rl_moe.report.plasticity import plasticity_table
 from rl_moe.report.readings import readings_table
 from rl_moe.report.render import Block, Heading, Image, Paragraph, to_html, to_markdown
 from rl_moe.report.scalars import PLASTICITY_TAGS, TAG_LABELS, Curve, load_scalars
@@ -104,7 +106,7 @@ def _figures(ctx: Context, opts: ReportOptions, out: Path, scalars: dict[Path, d
 
 def report_blocks(runset: RunSet, opts: ReportOptions, out: Path) -> list[Block]:
     """Every section of the report; figures are written into ``out`` as a side effect."""
-    scalars = {r.path: load_scalars(r.path, prefixes=(*opts.plasticity_tags, *COLLAPSE_TAGS)) for r in runset.runs}
+    scalars = {r.path: load_scalars(r.path, prefixes=(*opts.plasticity_tags, *COLLAPSE_TAGS, *DIAGNOSTIC_TAGS)) for r in runset.runs}
     blocks: list[Block] = [Heading("rl_moe report", 1)]
     n_runs = len(runset.runs)
     blocks.append(Paragraph(f"{n_runs} runs in {len(runset.groups)} groups (suite / algo / method / protocol). Standard deviations are over seeds (ddof=0); CIs are 95% percentile intervals of a bootstrap over runs stratified by task ({opts.reps} replicas; at least {VERDICT_REPS:,} for the separation tables' differences)."))
@@ -144,6 +146,10 @@ def report_blocks(runset: RunSet, opts: ReportOptions, out: Path) -> list[Block]
         if table:
             blocks.append(Heading("Collapse and action box", 3))
             blocks.append(table)
+        diagnostics = [t for protocol in ctx.runs if (t := plasticity_table(ctx, protocol, scalars, opts.baseline, opts.method, opts.reps))]
+        if diagnostics:
+            blocks.append(Heading("Plasticity against the baseline", 3))
+            blocks.extend(diagnostics)
         blocks.append(Heading("Figures", 3))
         blocks.extend(_figures(ctx, opts, out, scalars))
     notes = incomplete_runs(runset) + [f"{p}: left out, {why}" for p, why in runset.dropped]

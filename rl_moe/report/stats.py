@@ -359,6 +359,11 @@ def fmt(value: float, digits: int = 2) -> str:
     return "—" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
+def fmt_p(p: float) -> str:
+    """A p-value at 3 decimals; one that rounds to 0 is "< 0.001" (a permutation p is never 0)."""
+    return f"{p:.3f}" if round(p, 3) > 0 else "< 0.001"
+
+
 def fmt_ms(ms: MeanStd, digits: int = 2) -> str:
     """``mean ± std`` (or the mean alone for a single seed)."""
     if ms.n == 0:
