@@ -639,9 +639,10 @@ def test_whole_run_resampling_keeps_each_runs_tasks_together() -> None:
 def test_the_report_says_how_far_the_methods_are_from_separating(
     report: tuple[Path, str], runs_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rl_moe.report import tables
+    from rl_moe.report import separation
+    from rl_moe.report.separation import separation_table
     from rl_moe.report.stats import VERDICT_REPS, fmt, iqm_difference_ci
-    from rl_moe.report.tables import complete_scores, separation_table
+    from rl_moe.report.tables import complete_scores
 
     _, md = report
     caption = "chance that its per-task 95% CI excludes 0"
@@ -656,7 +657,7 @@ def test_the_report_says_how_far_the_methods_are_from_separating(
         seen.append((reps, resample))
         return iqm_difference_ci(x, y, reps=reps, resample=resample, **kw)
 
-    monkeypatch.setattr(tables, "iqm_difference_ci", spy)
+    monkeypatch.setattr(separation, "iqm_difference_ci", spy)
     table = separation_table(ctx, "rl", "topk", "sphere", reps=100)
     assert table is not None and seen == [(VERDICT_REPS, "task"), (VERDICT_REPS, "run")]
     assert f"both from at least {VERDICT_REPS:,} replicas" in md and "one standard error is at most 0.025 (400 studies) and 0.035 (200)" in md
@@ -680,7 +681,7 @@ def test_the_verdicts_ci_does_not_hang_on_the_bootstrap_draw() -> None:
     difference's replicas pile up at exactly 0 (1.3%) with 1.7% below it, so the 2.5th percentile is
     0 once converged. 2,000 replicas drawn from seed 0 put it at 0.02 and the report said "yes"."""
     from rl_moe.report.stats import VERDICT_REPS, iqm_difference_ci, monte_carlo_se
-    from rl_moe.report.tables import verdict_cell
+    from rl_moe.report.separation import verdict_cell
 
     ln = np.array([[1, 0, 1], [1, 0, 1], [1, 1, 1], [1, 0, 1], [1, 0, 1]], dtype=float)
     topk = np.array([[1, 0, 0], [0, 0, 0.4], [1, 0, 1], [1, 1, 1], [1, 0, 0]])
@@ -693,7 +694,7 @@ def test_the_verdicts_ci_does_not_hang_on_the_bootstrap_draw() -> None:
 
 
 def test_a_ci_that_excludes_0_on_few_runs_is_marked_as_no_verdict() -> None:
-    from rl_moe.report.tables import verdict_cell
+    from rl_moe.report.separation import verdict_cell
 
     assert verdict_cell(0.02, 0.84, 3, 5) == "yes†" and verdict_cell(-0.84, -0.02, 5, 4) == "yes†"
     assert verdict_cell(0.02, 0.84, 5, 5) == "yes" and verdict_cell(-0.5, -0.1, 10, 6) == "yes"
@@ -703,7 +704,7 @@ def test_a_ci_that_excludes_0_on_few_runs_is_marked_as_no_verdict() -> None:
 
 
 def test_power_cells_are_marked_below_five_runs_a_side() -> None:
-    from rl_moe.report.tables import power_cell
+    from rl_moe.report.separation import power_cell
 
     assert power_cell(0.1234, 5, 5) == "0.12"
     assert power_cell(0.5, 4, 10) == "0.50†" and power_cell(0.5, 10, 2) == "0.50†"

@@ -15,6 +15,7 @@ from rl_moe.report.plasticity import plasticity_table
 from rl_moe.report.readings import readings_table
 from rl_moe.report.render import Block, Heading, Image, Paragraph, to_html, to_markdown
 from rl_moe.report.scalars import PLASTICITY_TAGS, TAG_LABELS, Curve, load_scalars
+from rl_moe.report.separation import separation_table
 from rl_moe.report.stats import VERDICT_REPS
 from rl_moe.report.tables import (
     Context,
@@ -24,7 +25,6 @@ from rl_moe.report.tables import (
     incomplete_runs,
     method_order,
     robust_table,
-    separation_table,
     success_table,
     summary_lines,
 )
