@@ -1,5 +1,6 @@
 """Reports over run folders: per-task success tables (SPHERE paper Tables 13-17), RL vs CRL gaps,
-robust aggregates (IQM, probability of improvement), Continual World metrics and plasticity plots.
+robust aggregates (IQM, probability of improvement), how far methods are from separating,
+Continual World metrics, plasticity diagnostics against the baseline, and plasticity plots.
 
 ``python -m rl_moe.report runs/cw10 --out report`` writes ``report.md`` and ``report.html`` with PNG
 figures beside them. Runs are grouped under today's name of the rules they recorded: ``cw10-paper``
