@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from rl_moe.continual.intask import CheckpointSettings
 from rl_moe.continual.learners import LEARNERS, PPOConfig, TD3Config, get_learner
 from rl_moe.continual.methods import METHODS
 from rl_moe.continual.networks import LAMBDA_ARITHMETICS, NETWORKS, arithmetic_name, network_name
+from rl_moe.continual.values import dataclass_from_dict, jsonable, parse_value
 from rl_moe.diagnostics.probe import ProbeConfig
 from rl_moe.envs.suite_spec import current_task_fields
 from rl_moe.envs.suites import Suite, suite_from_dict
@@ -214,14 +214,14 @@ class RunConfig:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable({**dataclasses.asdict(self), **self.labels()})
+        return jsonable({**dataclasses.asdict(self), **self.labels()})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
         """Read ``config.json``; the regularizers' stored fields become their typed configs (only
         the method's: files of earlier versions also kept settings the method did not use).
         Fields a file predates take the value its run trained with (:data:`FIELDS_BEFORE_THEY_EXISTED`)."""
-        cfg = _from_dict(cls, {k: v for k, v in data.items() if k != "regularizers"})
+        cfg = dataclass_from_dict(cls, {k: v for k, v in data.items() if k != "regularizers"})
         stored = {name: {**FIELDS_BEFORE_THEY_EXISTED.get(name, {}), **dict(kw)} for name, kw in dict(data.get("regularizers") or {}).items()}
         method = METHODS.get(cfg.method)  # an unknown one is the resume checks' to report
         used = [name for name in (method.regularizers if method else ()) if name in stored]
@@ -291,90 +291,6 @@ SECTIONS: dict[str, type] = {
     "net": NetSettings, **{s.name: s.config_cls for s in LEARNERS.values()}, "eval": EvalSettings, "probe": ProbeConfig,
     "checkpoint": CheckpointSettings,
 }  # fmt: skip
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    return obj
-
-
-def _from_dict(cls: type, data: Mapping[str, Any]) -> Any:
-    hints = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            continue
-        value, hint = data[f.name], hints[f.name]
-        if dataclasses.is_dataclass(hint):
-            value = _from_dict(hint, value)  # type: ignore[arg-type]
-        elif typing.get_origin(hint) is tuple:
-            value = tuple(value)
-        kwargs[f.name] = value
-    return cls(**kwargs)
-
-
-def parse_value(text: str, hint: Any, key: str) -> Any:
-    """Parse ``text`` as the type ``hint`` of field ``key`` (ints, floats, bools, tuples, optionals)."""
-    args = typing.get_args(hint)
-    if type(None) in args:
-        if text.lower() in ("none", "null"):
-            return None
-        hint = next(a for a in args if a is not type(None))
-    try:
-        if hint is bool:
-            if text.lower() in ("1", "true", "yes", "on"):
-                return True
-            if text.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(text)
-        if typing.get_origin(hint) is tuple:
-            inner = typing.get_args(hint)[0]
-            return tuple(inner(v) for v in text.split(",") if v.strip())
-        if hint is int:
-            return int(float(text)) if "e" in text.lower() else int(text)
-        if hint is float:
-            value = float(text)
-            if not math.isfinite(value):
-                raise ValueError(text)
-            return value
-        if hint is str:
-            return text
-    except (ValueError, OverflowError):
-        what = "finite float" if hint is float else hint.__name__ if isinstance(hint, type) else str(hint)
-        raise UsageError(f"bad value {text!r} for {key}: expected {'an' if what == 'int' else 'a'} {what}") from None
-    return text
-
-
-def typed_value(value: Any, hint: Any, key: str) -> Any:
-    """A suite file's JSON ``value`` as the type ``hint`` of field ``key``, without a round trip
-    through text: lists become tuples and an int a float where a float is due (as ``--set``
-    parses them); any other type is one line naming the value and the type."""
-    args = typing.get_args(hint)
-    if type(None) in args:
-        if value is None:
-            return None
-        hint = next(a for a in args if a is not type(None))
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if typing.get_origin(hint) is tuple and isinstance(value, (list, tuple)):
-        return tuple(typed_value(v, typing.get_args(hint)[0], key) for v in value)
-    if hint is float and number and math.isfinite(value):
-        return float(value)
-    if hint is int and number and float(value).is_integer():
-        return int(value)
-    if hint in (bool, str) and isinstance(value, hint):
-        return value
-    what = "finite float" if hint is float else hint.__name__ if isinstance(hint, type) else str(hint)
-    raise UsageError(f"bad value {value!r} for {key}: expected {'an' if what == 'int' else 'a'} {what}")
-
-
-def with_settings(section: Any, given: Mapping[str, Any], name: str) -> Any:
-    """``section`` (a settings dataclass) with a suite's defaults for it (its ``net`` or ``eval``
-    object) put in as typed values; the field names were checked by the suite's loader."""
-    hints = typing.get_type_hints(type(section))
-    return dataclasses.replace(section, **{k: typed_value(v, hints[k], f"{name}.{k}") for k, v in given.items()})
 
 
 def regularizer_fields(name: str) -> dict[str, Any]:

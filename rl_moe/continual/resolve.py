@@ -14,7 +14,7 @@ import torch
 
 from rl_moe.continual.agents import net_configs_for
 from rl_moe.continual.config import (
-    EVAL_POSITIONS, EvalSettings, NetSettings, RunConfig, apply_overrides, preset_overrides, protocol_rules, regularizer_configs, with_settings,
+    EVAL_POSITIONS, EvalSettings, NetSettings, RunConfig, apply_overrides, preset_overrides, protocol_rules, regularizer_configs,
 )  # fmt: skip
 from rl_moe.continual.intask import CheckpointSettings
 from rl_moe.continual.learners import LEARNERS, AlgoSpec, check_fast_update, get_learner
@@ -22,6 +22,7 @@ from rl_moe.continual.methods import METHODS, Method, get_method
 from rl_moe.continual.networks import LAMBDA_ARITHMETICS, NETWORKS, suite_network
 from rl_moe.continual.presets import learner_presets
 from rl_moe.continual.probe_states import PROBE_POLICIES, default_probe_policy
+from rl_moe.continual.values import with_settings
 from rl_moe.diagnostics.probe import ProbeConfig
 from rl_moe.envs.factories import resolve_vec_env_type
 from rl_moe.envs.families import get_family
