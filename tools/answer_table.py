@@ -41,6 +41,7 @@ from rl_moe.report.readings import run_readings
 from rl_moe.report.stats import (
     VERDICT_REPS,
     fmt,
+    fmt_ci,
     fmt_ms,
     fmt_p,
     iqm_difference_ci,
@@ -100,7 +101,7 @@ def _difference(x: np.ndarray, y: np.ndarray) -> str:
         return "—"
     d = iqm_difference_ci(x, y, reps=VERDICT_REPS)
     # the docs' prose writes negatives with a minus sign, not a hyphen
-    return f"{fmt(d.value)} [{fmt(d.low)}, {fmt(d.high)}]".replace("-", "\u2212")
+    return fmt_ci(d).replace("-", "\u2212")
 
 
 def _complete_runs(folder: Path) -> dict[str, list[Run]]:

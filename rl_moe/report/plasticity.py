@@ -23,7 +23,7 @@ from rl_moe.report.collapse import segment_mean
 from rl_moe.report.loading import Run
 from rl_moe.report.render import Table
 from rl_moe.report.scalars import Curve
-from rl_moe.report.stats import VERDICT_REPS, fmt, fmt_ms, fmt_p, iqm, iqm_difference_ci, mean_std, permutation_p
+from rl_moe.report.stats import VERDICT_REPS, fmt, fmt_ci, fmt_ms, fmt_p, iqm, iqm_difference_ci, mean_std, permutation_p
 from rl_moe.report.tables import Context, method_order
 
 
@@ -64,7 +64,7 @@ def diagnostic_matrix(runs: Sequence[Run], scalars: Mapping[Path, Mapping[str, C
 def _difference_cells(x: np.ndarray, y: np.ndarray, reps: int, digits: int) -> tuple[str, str]:
     """IQM(x) − IQM(y) with its 95% CI (runs resampled per task), and the permutation p."""
     d = iqm_difference_ci(x, y, reps=max(reps, VERDICT_REPS))
-    return f"{fmt(d.value, digits)} [{fmt(d.low, digits)}, {fmt(d.high, digits)}]", fmt_p(permutation_p(x, y))
+    return fmt_ci(d, digits), fmt_p(permutation_p(x, y))
 
 
 def plasticity_table(ctx: Context, protocol: str, scalars: Mapping[Path, Mapping[str, Curve]], baseline: str, method: str, reps: int) -> Table | None:

@@ -20,6 +20,7 @@ from rl_moe.report.stats import (
     TIE_TOLERANCE,
     VERDICT_REPS,
     fmt,
+    fmt_ci,
     fmt_p,
     iqm_difference_ci,
     monte_carlo_se,
@@ -91,7 +92,7 @@ def separation_table(ctx: Context, protocol: str, baseline: str, method: str, re
         separated = verdict_cell(d.low, d.high, *ns)
         p = permutation_p(s, base)
         p_power = " / ".join(power_cell(permutation_power(s, base, n), *ns) for n in POWER_RUNS)
-        rows.append((m, f"{s.shape[0]} / {base.shape[0]}", f"{fmt(d.value)} [{fmt(d.low)}, {fmt(d.high)}]", f"[{fmt(whole.low)}, {fmt(whole.high)}]", separated, fmt_p(p), *chances, power_cell(false, *ns), p_power))
+        rows.append((m, f"{s.shape[0]} / {base.shape[0]}", fmt_ci(d), f"[{fmt(whole.low)}, {fmt(whole.high)}]", separated, fmt_p(p), *chances, power_cell(false, *ns), p_power))
     if not rows:
         return None
     header = ("method", f"runs (method / {baseline})", f"IQM − {baseline} [95% CI, per task]", "95% CI, whole runs resampled", "per-task CI excludes 0", "permutation p",

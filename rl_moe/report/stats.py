@@ -359,6 +359,11 @@ def fmt(value: float, digits: int = 2) -> str:
     return "—" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
+def fmt_ci(ci: Interval, digits: int = 2) -> str:
+    """``value [low, high]`` of an interval, for a table."""
+    return f"{fmt(ci.value, digits)} [{fmt(ci.low, digits)}, {fmt(ci.high, digits)}]"
+
+
 def fmt_p(p: float) -> str:
     """A p-value at 3 decimals; one that rounds to 0 is "< 0.001" (a permutation p is never 0)."""
     return f"{p:.3f}" if round(p, 3) > 0 else "< 0.001"

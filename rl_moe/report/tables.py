@@ -16,6 +16,7 @@ from rl_moe.report.stats import (
     MeanStd,
     cl_metrics,
     fmt,
+    fmt_ci,
     fmt_ms,
     iqm_ci,
     mean_ci,
@@ -307,7 +308,7 @@ def robust_table(ctx: Context, protocol: str, baseline: str, method: str, reps: 
         return None
 
     def ci(x: Interval | None) -> str:
-        return "—" if x is None else f"{fmt(x.value)} [{fmt(x.low)}, {fmt(x.high)}]"
+        return "—" if x is None else fmt_ci(x)
 
     rows = tuple((m, str(res[m].n_runs), ci(res[m].iqm), ci(res[m].mean), ci(res[m].poi)) for m in method_order(list(res), baseline, method))
     header = ("method", "runs", "IQM [95% CI]", "mean [95% CI]", f"P(method > {baseline}) [95% CI]")
