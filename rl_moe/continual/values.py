@@ -40,11 +40,9 @@ def dataclass_from_dict(cls: type, data: Mapping[str, Any]) -> Any:
 
 def parse_value(text: str, hint: Any, key: str) -> Any:
     """Parse ``text`` as the type ``hint`` of field ``key`` (ints, floats, bools, tuples, optionals)."""
-    args = typing.get_args(hint)
-    if type(None) in args:
-        if text.lower() in ("none", "null"):
-            return None
-        hint = next(a for a in args if a is not type(None))
+    hint, optional = _unwrap_optional(hint)
+    if optional and text.lower() in ("none", "null"):
+        return None
     try:
         if hint is bool:
             if text.lower() in ("1", "true", "yes", "on"):
@@ -65,8 +63,7 @@ def parse_value(text: str, hint: Any, key: str) -> Any:
         if hint is str:
             return text
     except (ValueError, OverflowError):
-        what = "finite float" if hint is float else hint.__name__ if isinstance(hint, type) else str(hint)
-        raise UsageError(f"bad value {text!r} for {key}: expected {'an' if what == 'int' else 'a'} {what}") from None
+        raise _expected(text, hint, key) from None
     return text
 
 
@@ -74,11 +71,9 @@ def typed_value(value: Any, hint: Any, key: str) -> Any:
     """A suite file's JSON ``value`` as the type ``hint`` of field ``key``, without a round trip
     through text: lists become tuples and an int a float where a float is due (as ``--set``
     parses them); any other type is one line naming the value and the type."""
-    args = typing.get_args(hint)
-    if type(None) in args:
-        if value is None:
-            return None
-        hint = next(a for a in args if a is not type(None))
+    hint, optional = _unwrap_optional(hint)
+    if optional and value is None:
+        return None
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if typing.get_origin(hint) is tuple and isinstance(value, (list, tuple)):
         return tuple(typed_value(v, typing.get_args(hint)[0], key) for v in value)
@@ -88,8 +83,22 @@ def typed_value(value: Any, hint: Any, key: str) -> Any:
         return int(value)
     if hint in (bool, str) and isinstance(value, hint):
         return value
+    raise _expected(value, hint, key)
+
+
+def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
+    """``(T, True)`` for ``T | None``, else ``(hint, False)``: both parsers accept None for an
+    optional field and otherwise parse the inner type."""
+    args = typing.get_args(hint)
+    if type(None) not in args:
+        return hint, False
+    return next(a for a in args if a is not type(None)), True
+
+
+def _expected(value: Any, hint: Any, key: str) -> UsageError:
+    """The one-line error for a value that does not read as ``hint``."""
     what = "finite float" if hint is float else hint.__name__ if isinstance(hint, type) else str(hint)
-    raise UsageError(f"bad value {value!r} for {key}: expected {'an' if what == 'int' else 'a'} {what}")
+    return UsageError(f"bad value {value!r} for {key}: expected {'an' if what == 'int' else 'a'} {what}")
 
 
 def with_settings(section: Any, given: Mapping[str, Any], name: str) -> Any:
