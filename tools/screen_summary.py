@@ -28,6 +28,8 @@ PASS_SUCCESS, PASS_COLLAPSED = 0.9, 0.5
 #: The held-out positions ``python -m rl_moe.positions`` scores the docs' tables by (its default);
 #: the run's own ``success_heldout`` is its periodic evaluation's 5 positions.
 HELDOUT_POSITIONS = DEFAULT_HELDOUT
+#: The summary's key for that score, named by its position count (``success_heldout_25``).
+HELDOUT_KEY = f"success_heldout_{HELDOUT_POSITIONS}"
 
 
 def _scalars(run: Path) -> dict[str, dict[float, float]]:
@@ -62,7 +64,7 @@ def summarize(run: Path) -> dict[str, object]:
         "steps": res.get("global_step"),
         "success": success,
         "success_heldout": (res.get("eval_curves", {}).get(res["tasks"][0], {}).get("success_heldout") or [None])[-1],
-        "success_heldout_25": heldout,
+        HELDOUT_KEY: heldout,
         "updates": len(steps),
         "collapsed_share": share,
         "logged_collapsed_share": (lambda v: sum(v) / len(v) if v else None)(list(s.get("train/sphere_collapsed", {}).values())),
@@ -86,11 +88,11 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
     rows = [summarize(r.parent) for r in sorted(args.root.rglob("results.json"))]
-    print("| run | success (train / held out, 5 / 25 positions) | latest evaluation (step) | updates collapsed | λ > 1e4 | penalty exactly 0 | λ max | penalty min | tr(G) ratio, median | last-hidden units at 0, last probe | r_e(K) held out, end | online features 0 | passes |")
+    print(f"| run | success (train / held out, 5 / {HELDOUT_POSITIONS} positions) | latest evaluation (step) | updates collapsed | λ > 1e4 | penalty exactly 0 | λ max | penalty min | tr(G) ratio, median | last-hidden units at 0, last probe | r_e(K) held out, end | online features 0 | passes |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         pct = lambda v: "—" if v is None else f"{100 * v:.0f}%"  # noqa: E731
-        h25 = "—" if r["success_heldout_25"] is None else f"{r['success_heldout_25']:.2f}"
+        h25 = "—" if r[HELDOUT_KEY] is None else f"{r[HELDOUT_KEY]:.2f}"
         succ = "unfinished" if r["success"] is None else f"{r['success']:.2f} / {r['success_heldout']:.2f} / {h25}"
         rank = "—" if r["entk_rank_end"] is None else f"{r['entk_rank_end']:.2f}"
         num = lambda v: "—" if v is None else f"{v:.3g}"  # noqa: E731
