@@ -60,7 +60,7 @@ from rl_moe.continual.scheduler import ContinualScheduler  # noqa: E402
 from rl_moe.envs.suites import SUITE_ALIASES, builtin_suites, current_suite_name, load_suite  # noqa: E402
 from rl_moe.envs.threads import ThreadPlan, parse_threads, split_threads, thread_plan  # noqa: E402
 from rl_moe.errors import DivergedError, UsageError  # noqa: E402
-from rl_moe.report.loading import describe_rules  # noqa: E402
+from rl_moe.report.grouping import describe_rules  # noqa: E402
 from rl_moe.rundir import RunDir, check_new_run_folder, check_writable_folder  # noqa: E402
 from rl_moe.runlock import RunLock, RunLocked  # noqa: E402
 

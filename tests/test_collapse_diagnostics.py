@@ -68,7 +68,7 @@ def test_a_sphere_run_logs_collapse_trace_and_action_box(tmp_path: Path) -> None
 
 def test_the_report_reads_collapse_from_old_and_new_logs_per_task_segment() -> None:
     from rl_moe.report.collapse import collapse_flags, run_row, segment_mean
-    from rl_moe.report.loading import Run, RunKey
+    from rl_moe.report.runs import Run, RunKey
     from rl_moe.report.scalars import Curve
 
     steps = np.array([100.0, 200.0, 300.0, 400.0])

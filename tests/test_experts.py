@@ -66,7 +66,8 @@ def test_the_report_draws_each_methods_expert_usage(tmp_path: Path) -> None:
     from rl_moe.crl import main as crl
     from rl_moe.experts import main
     from rl_moe.report.__main__ import main as report
-    from rl_moe.report.loading import ReportError, read_experts
+    from rl_moe.report.loading import read_experts
+    from rl_moe.report.runs import ReportError
     from tests.conftest import CLI_TINY
 
     runs = tmp_path / "runs"

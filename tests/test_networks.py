@@ -107,7 +107,8 @@ def test_list_and_help_name_the_presets_and_each_suites_network(capsys: pytest.C
 
 
 def test_the_report_labels_runs_by_network_and_splits_a_mixed_table() -> None:
-    from rl_moe.report.loading import describe_network, load_runs, split_by_network
+    from rl_moe.report.grouping import describe_network, split_by_network
+    from rl_moe.report.loading import load_runs
 
     old = ROOT / "results/cw10-paper/ppo-sphere-crl-s0"
     screen = ROOT / "results/sphere-authors/sphere-authors-s0"

@@ -425,7 +425,7 @@ BAD_RESULTS = [
 
 @pytest.mark.parametrize(("what", "break_it", "message"), BAD_RESULTS, ids=[b[0] for b in BAD_RESULTS])
 def test_malformed_results_are_named_errors(tmp_path: Path, what: str, break_it, message: str) -> None:
-    from rl_moe.report.loading import parse_results
+    from rl_moe.report.runs import parse_results
 
     with pytest.raises(ReportError, match=re.escape(message)):
         parse_results(break_it(results("topk", "crl", 0, [1.0, 0.5, 0.0])), tmp_path / "results.json")

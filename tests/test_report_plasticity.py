@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import trim_mean
 
-from rl_moe.report.loading import Run, RunKey
+from rl_moe.report.runs import Run, RunKey
 from rl_moe.report.plasticity import DIAGNOSTICS, diagnostic_matrix, plasticity_table
 from rl_moe.report.scalars import Curve
 from rl_moe.report.tables import Context

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rl_moe.cli import UsageParser
-from rl_moe.report.loading import ReportError, Run, load_runs
+from rl_moe.report.loading import load_runs
+from rl_moe.report.runs import ReportError, Run
 from rl_moe.report.tables import contexts
 
 

@@ -35,7 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rl_moe.report.loading import ReportError, Run, load_runs
+from rl_moe.report.loading import load_runs
+from rl_moe.report.runs import ReportError, Run
 from rl_moe.report.paper import paper_cells
 from rl_moe.report.readings import run_readings
 from rl_moe.report.stats import (

@@ -9,6 +9,7 @@ rules) as ``cw10-cw``.
 """
 
 from rl_moe.report.build import ReportFiles, ReportOptions, build_report
-from rl_moe.report.loading import ReportError, Run, RunKey, RunSet, load_runs
+from rl_moe.report.loading import RunSet, load_runs
+from rl_moe.report.runs import ReportError, Run, RunKey
 
 __all__ = ["ReportError", "ReportFiles", "ReportOptions", "Run", "RunKey", "RunSet", "build_report", "load_runs"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rl_moe.cli import UsageParser
 from rl_moe.report.build import MISSING_MATPLOTLIB, ReportOptions, build_report
-from rl_moe.report.loading import ReportError
+from rl_moe.report.runs import ReportError
 from rl_moe.report.stats import VERDICT_REPS
 from rl_moe.report.tables import FT_REFERENCES
 from rl_moe.rundir import check_writable_folder

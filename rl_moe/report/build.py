@@ -9,7 +9,9 @@ from pathlib import Path
 from rl_moe.cli import reraise_interrupt
 from rl_moe.report.collapse import TAGS as COLLAPSE_TAGS
 from rl_moe.report.collapse import collapse_table
-from rl_moe.report.loading import ReportError, RunSet, describe_network, describe_rules, load_runs, read_experts
+from rl_moe.report.grouping import describe_network, describe_rules
+from rl_moe.report.loading import RunSet, load_runs, read_experts
+from rl_moe.report.runs import ReportError
 from rl_moe.report.plasticity import TAGS as DIAGNOSTIC_TAGS
 from rl_moe.report.plasticity import plasticity_table
 from rl_moe.report.readings import readings_table

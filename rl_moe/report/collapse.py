@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from rl_moe.regularizers.sphere import is_collapsed
-from rl_moe.report.loading import Run
+from rl_moe.report.runs import Run
 from rl_moe.report.render import Table
 from rl_moe.report.scalars import Curve
 from rl_moe.report.tables import Context, method_order

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rl_moe.report.collapse import segment_mean
-from rl_moe.report.loading import Run
+from rl_moe.report.runs import Run
 from rl_moe.report.render import Table
 from rl_moe.report.scalars import Curve
 from rl_moe.report.stats import VERDICT_REPS, fmt, fmt_ci, fmt_ms, fmt_p, iqm, iqm_difference_ci, mean_std, permutation_p

@@ -15,7 +15,7 @@ matplotlib.use("Agg")  # headless: the report never opens a window
 import matplotlib.pyplot as plt
 import numpy as np
 
-from rl_moe.report.loading import Run
+from rl_moe.report.runs import Run
 from rl_moe.report.scalars import Curve, seed_band
 from rl_moe.report.tables import Context, per_task
 

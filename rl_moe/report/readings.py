@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from rl_moe.report.loading import Run
+from rl_moe.report.runs import Run
 from rl_moe.report.render import Table
 from rl_moe.report.stats import MeanStd, fmt, fmt_ms, mean_std
 

@@ -8,7 +8,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rl_moe.continual.metrics import CLMetrics, ft_tasks
-from rl_moe.report.loading import Run, RunSet
+from rl_moe.report.loading import RunSet
+from rl_moe.report.runs import Run
 from rl_moe.report.paper import PAPER_STEPS_PER_TASK, paper_cells
 from rl_moe.report.render import Table
 from rl_moe.report.stats import (
@@ -26,7 +27,7 @@ from rl_moe.report.stats import (
 )
 
 class Field(NamedTuple):
-    """A success field of :class:`~rl_moe.report.loading.Run`: what its per-task table shows, and
+    """A success field of :class:`~rl_moe.report.runs.Run`: what its per-task table shows, and
     the short name of what the robust tables aggregate."""
 
     table: str
