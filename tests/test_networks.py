@@ -17,7 +17,7 @@ from rl_moe.continual.networks import LAMBDA_ARITHMETICS, NETWORKS, arithmetic_n
 from rl_moe.continual.resolve import RunRequest, moved_settings, resolve
 from rl_moe.crl import main
 from rl_moe.errors import UsageError
-from rl_moe.regularizers.sphere import SphereConfig
+from rl_moe.regularizers.sphere_config import SphereConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -110,7 +110,7 @@ def test_settings_of_the_wrong_json_type_are_refused_naming_the_type() -> None:
     regularizer, the field, the type wanted and the value."""
     from rl_moe.errors import check_choice
     from rl_moe.regularizers.options import build_config
-    from rl_moe.regularizers.sphere import SphereConfig
+    from rl_moe.regularizers.sphere_config import SphereConfig
 
     assert build_config(SphereConfig, None, {"rho": 1}, "sphere").rho == 1  # an int is a float
     assert build_config(SphereConfig, None, {"alpha": None}, "sphere").alpha is None

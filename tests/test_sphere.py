@@ -559,9 +559,8 @@ def test_sample_space_gram_against_brute_force_on_every_kernel_path(case: str) -
 
 # --- The hook's settings and bookkeeping: what reaches the learner, what is logged, what is saved ---
 
-from rl_moe.regularizers.sphere import (  # noqa: E402
-    COEF_MODES, FEATURES, GRAD_SITES, GRAMS, LAYERS, SPACES, _coef_loss_ratio, gate_loss, is_collapsed,
-)  # fmt: skip
+from rl_moe.regularizers.sphere import _coef_loss_ratio, gate_loss, is_collapsed  # noqa: E402
+from rl_moe.regularizers.sphere_config import COEF_MODES, FEATURES, GRAD_SITES, GRAMS, LAYERS, SPACES  # noqa: E402
 
 _CHOICES = {"coef_mode": COEF_MODES, "layer": LAYERS, "features": FEATURES, "gram": GRAMS, "grad_site": GRAD_SITES, "space": SPACES}
 

@@ -36,7 +36,8 @@ from rl_moe.regularizers.reset import Reset, ResetConfig
 from rl_moe.regularizers.sdmoe import SDMoEConfig, SDRefresh
 from rl_moe.regularizers.snp import ShrinkPerturb, SNPConfig
 from rl_moe.regularizers.specreg import SpecRegConfig, SpectralReg
-from rl_moe.regularizers.sphere import Sphere, SphereConfig, sphere_config
+from rl_moe.regularizers.sphere import Sphere
+from rl_moe.regularizers.sphere_config import SphereConfig, sphere_config
 
 #: Regularizers by method name (CLI ``--method``); each key is also the class's ``name`` and its
 #: log tag (``train/loss_<name>``). Each class's ``config_class`` holds its settings and defaults.
