@@ -40,8 +40,9 @@ from typing import Any
 import mujoco
 import numpy as np
 
+from rl_moe.envs.metaworld_fast_base import plain
 from rl_moe.envs.metaworld_fast_math import ExactRotation, clip, fast_tolerance, norm
-from rl_moe.envs.metaworld_fast_tasks import TASKS, plain
+from rl_moe.envs.metaworld_fast_tasks import TASKS
 
 #: The only metaworld release whose code this module mirrors.
 SUPPORTED_VERSION = "3.1.1"
