@@ -22,7 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "contributing.md"
 HEADER = "| module | command's tests | mutants | killed | survived |\n|---|---|---:|---:|---:|\n"
 #: Modules shown with what of them the score covers.
-LABELS = {"rl_moe/regularizers/hooks.py": "`rl_moe/regularizers/hooks.py` (SPHERE's λ: `adaptive_coef`, `clamp_coef`; the loss context)"}
+LABELS = {
+    "rl_moe/regularizers/hooks.py": "`rl_moe/regularizers/hooks.py` (SPHERE's λ: `adaptive_coef`, `clamp_coef`; the loss context)",
+    "rl_moe/regularizers/sphere.py": "`rl_moe/regularizers/sphere.py` (scored with its settings, `SphereConfig`, which are now in `sphere_config.py`)",
+}
 
 
 def rows(folder: Path = ROOT / "results" / "mutation") -> list[str]:
