@@ -147,6 +147,10 @@ def test_slice_decision_applies_the_rule_of_results_section_8() -> None:
     # less often than the rule finds the paper's gain
     d = decide(ones, zeros, sims=200)
     assert d.false_firing is not None and 0 < d.false_firing < 0.5 < d.power
+    # the power is the rule's at the true difference asked for: a smaller one is found less often
+    mixed = np.repeat([1.0, 1.0, 0.0, 0.0, 1.0], 3).reshape(5, 3)
+    small, paper = (decide(mixed, mixed, sims=200, paper_difference=v).power for v in (0.21, 0.44))
+    assert small is not None and paper is not None and small < paper
 
 
 def test_slice_decision_cli_on_the_committed_slice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -176,6 +180,9 @@ def test_slice_decision_cli_on_the_committed_slice(tmp_path: Path, capsys: pytes
     with pytest.raises(SystemExit) as exc:
         slice_decision.main([str(RESULTS / "slice-authors"), "--method", "nosuch"])
     assert exc.value.code == 2 and "valid choices" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        slice_decision.main([str(RESULTS / "slice-authors"), "--paper-difference", "0"])
+    assert exc.value.code == 2 and "--paper-difference 0.0" in capsys.readouterr().err
 
 
 def test_slice_decision_beyond_the_deciding_look_adds_estimates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
