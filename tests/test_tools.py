@@ -160,6 +160,7 @@ def test_slice_decision_cli_on_the_committed_slice(tmp_path: Path, capsys: pytes
     assert slice_decision.main([str(RESULTS / "slice-authors"), "--json", str(out)]) == 0
     got = json.loads(out.read_text())
     assert got["method"] == "sphere" and got["runs"][0] >= 1 and got["runs"][1] >= 1
+    assert got["paper_difference"] == 0.44  # the true difference its power is stated at
     if min(got["runs"]) < 5:
         assert got["verdict"] == "observation" and got["look"] is None and got["false_firing"] is None
     else:

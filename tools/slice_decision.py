@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {name}: {n_x} and {n_y} runs, difference {e['difference']:+.3f} [95% CI {lo:+.3f}, {hi:+.3f}], "  # type: ignore[index]
                       f"permutation p {e['permutation_p']:.3f}")  # type: ignore[index]  # fmt: skip
     if args.json is not None:
-        args.json.write_text(json.dumps({"method": args.method, "baseline": args.baseline, **asdict(d), "estimate": extra}, indent=1) + "\n")
+        args.json.write_text(json.dumps({"method": args.method, "baseline": args.baseline, "paper_difference": args.paper_difference, **asdict(d), "estimate": extra}, indent=1) + "\n")
     return 0
 
 
