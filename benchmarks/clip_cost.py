@@ -23,7 +23,7 @@ from rl_moe.continual.agents import build_model
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 from rl_moe.continual.run_view import RunView
 from rl_moe.envs.factories import make_vec_env, task_factories
-from rl_moe.video import VideoSettings, clip, encode_gif
+from rl_moe.recording import VideoSettings, clip, encode_gif
 
 
 def main() -> None:

@@ -35,9 +35,10 @@ from rl_moe.continual.run_view import RunView
 from rl_moe.errors import UsageError
 from rl_moe.nn import EVRerouted
 from rl_moe.policies import MoEActorCriticPolicy, MoETD3Policy
+from rl_moe.recording import VideoSettings
 from rl_moe.run_reader import load_task_model, read_run
 from rl_moe.rundir import RunDir
-from rl_moe.video import VideoSettings, render_run
+from rl_moe.video import render_run
 
 #: Actor network kinds whose Top-K router the EV router can stand in for.
 REROUTABLE_KINDS: tuple[str, ...] = ("topk", "sdmoe", "ssmoe")

@@ -305,10 +305,10 @@ class _BlankFrames:
 
 
 def test_offline_episodes_hold_one_scope_open(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``rl_moe.experts``' visited-state episodes and ``rl_moe.video``'s episode act inside one
+    """``rl_moe.experts``' visited-state episodes and ``rl_moe.recording``'s episode act inside one
     scope each (specnorm, SSMoE and SD-MoE then compute their value once per episode set)."""
     from rl_moe.experts import visited_states
-    from rl_moe.video import VideoSettings, record_episode
+    from rl_moe.recording import VideoSettings, record_episode
 
     model = moe_ppo()
     scopes = _scopes_of_predict(model, monkeypatch)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rl_moe.errors import UsageError
-from rl_moe.video import INSTALL_HINT, choose_backend, upright
+from rl_moe.recording import INSTALL_HINT, choose_backend, upright
 
 
 def _backend() -> str:
@@ -55,7 +55,7 @@ def test_frames_show_the_scene_where_the_camera_model_puts_it_and_up_is_up(camer
     import metaworld  # noqa: F401
     import mujoco
 
-    from rl_moe.video import SceneRenderer
+    from rl_moe.recording import SceneRenderer
 
     backend = _backend()
     env = gym.make("Meta-World/goal_observable", env_name="hammer-v3", seed=0, disable_env_checker=True)

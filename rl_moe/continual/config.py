@@ -74,7 +74,7 @@ class EvalSettings:
         held-out ones logged beside them (``eval/success_heldout``)
     :param clip_steps: at each task's end, log a clip of this many steps of the task's
         deterministic policy on its first eval position to TensorBoard (``video/<task>``,
-        :mod:`rl_moe.video`); 0 (the default): none. MetaWorld suites, with a headless OpenGL
+        :mod:`rl_moe.recording`); 0 (the default): none. MetaWorld suites, with a headless OpenGL
     :param clip_stride: keep every this-many-th step's frame of the clip
     :param clip_size: the clip's width and height in pixels
     """

@@ -120,7 +120,7 @@ def _check_clip(evals: EvalSettings, suite: Suite) -> None:
         return
     if not get_family(suite.family, suite.family_module).metaworld_scenes:
         raise UsageError(f"eval.clip_steps renders MetaWorld scenes; suite {suite.name!r} is {suite.family!r}: set eval.clip_steps=0")
-    from rl_moe.video import choose_backend  # lazy: the video module is needed only here
+    from rl_moe.recording import choose_backend  # lazy: the recording module is needed only here
 
     choose_backend()
 

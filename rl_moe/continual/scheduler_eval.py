@@ -91,8 +91,8 @@ class TaskEvaluation(SchedulerState):
 
     def _log_clip(self, i: int, step: int) -> None:
         """``video/<task>``: a clip of task ``i``'s policy on its first eval position, at the task's
-        end (``eval.clip_steps``; :mod:`rl_moe.video`), after everything the run needs is saved."""
-        from rl_moe.video import VideoSettings, clip, log_clip  # lazy: MuJoCo rendering only when asked
+        end (``eval.clip_steps``; :mod:`rl_moe.recording`), after everything the run needs is saved."""
+        from rl_moe.recording import VideoSettings, clip, log_clip  # lazy: MuJoCo rendering only when asked
 
         e = self.cfg.eval
         settings = VideoSettings(width=e.clip_size[0], height=e.clip_size[1], stride=e.clip_stride, steps=e.clip_steps)
