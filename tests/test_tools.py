@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tools import collect_runs, same_training, screen_summary
+from tools import collect_runs, same_prefix, same_training, screen_summary
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -356,3 +356,35 @@ def test_answer_per_task_table_is_the_runs_and_table_14(tmp_path: Path) -> None:
     new = answer_table.replaced(doc, answer_table.table(folder))
     new = answer_table.replaced(new, answer_table.per_task_table(folder), answer_table.PER_TASK_HEADER)
     assert "| old |" not in new and new.startswith("a\n\n") and "\n\nb\n\n" in new and new.endswith("\n\nc\n")
+
+
+def test_same_prefix_tells_a_repeated_task_from_another_seed(tmp_path: Path) -> None:
+    """tools/same_prefix.py on committed runs. SPHERE's RL-protocol hammer run of the mechanism
+    cells and the slice's CRL run of the same seed trained hammer bit for bit (docs/results.md §8);
+    seed 6 against seed 5 differs in its evaluations. A 4-task run and its 3-task cut are the same
+    over three tasks, though the longer one starts a fourth at the end step and the cut logs its
+    sequence-wide aggregates there."""
+    slice_s5 = RESULTS / "slice-authors" / "ppo-sphere-crl-s5"
+    same = same_prefix.compare(RESULTS / "mechanism" / "ppo-sphere-rl-s5", slice_s5, tasks=1)
+    assert same.same and same.points > 2000
+    other = same_prefix.compare(RESULTS / "mechanism" / "ppo-sphere-rl-s6", slice_s5, tasks=1)
+    assert not other.same and "eval/success" in other.differing_tags and other.differing_results == ["eval_curves[hammer-v3]"]
+    cut = same_prefix.compare(RESULTS / "cw10-paper-full" / "ppo-topk-crl-s5", RESULTS / "cw10-paper" / "ppo-topk-crl-s5")
+    assert cut.same and cut.points > 6000
+    # a changed own-segment success of task 2 is outside a 1-task prefix and inside a 2-task one
+    changed = tmp_path / "changed"
+    shutil.copytree(RESULTS / "slice-authors" / "ppo-topk-crl-s5", changed)
+    res = json.loads((changed / "results.json").read_text())
+    res["own_success"][1] = 0.5
+    (changed / "results.json").write_text(json.dumps(res))
+    original = RESULTS / "slice-authors" / "ppo-topk-crl-s5"
+    assert same_prefix.compare(changed, original, tasks=1).same
+    assert same_prefix.compare(changed, original, tasks=2).differing_results == ["own_success"]
+
+
+def test_same_prefix_cli_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    s5, s6 = (str(RESULTS / "slice-authors" / f"ppo-topk-crl-s{s}") for s in (5, 6))
+    assert same_prefix.main([s5, s5]) == 0 and capsys.readouterr().out.splitlines()[-1] == "same"
+    assert same_prefix.main([s5, s6, "--tasks", "1"]) == 1 and "not the same" in capsys.readouterr().out
+    assert same_prefix.main([s5, s6, "--tasks", "4"]) == 2
+    assert capsys.readouterr().err.strip() == "same_prefix: --tasks 4: both runs have finished 3 task(s); valid: 1 to 3"
