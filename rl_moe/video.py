@@ -27,6 +27,7 @@ from rl_moe.errors import UsageError
 from rl_moe.recording import Episode, SceneRenderer, VideoSettings, choose_backend, record_episode, write_mp4
 from rl_moe.run_reader import load_task_model, read_run
 
+
 def video_name(checkpoint: int, checkpoint_task: str, task: str, episode: int, result: Episode) -> str:
     """``after-01-hammer-v3_on-hammer-v3_ep0_success-1_return-4521.mp4``: the checkpoint (after
     task ``checkpoint``), the task played, the episode, its success and its return."""
