@@ -388,3 +388,26 @@ def test_same_prefix_cli_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     assert same_prefix.main([s5, s6, "--tasks", "1"]) == 1 and "not the same" in capsys.readouterr().out
     assert same_prefix.main([s5, s6, "--tasks", "4"]) == 2
     assert capsys.readouterr().err.strip() == "same_prefix: --tasks 4: both runs have finished 3 task(s); valid: 1 to 3"
+
+
+@pytest.mark.parametrize(
+    ("tag", "step", "keep_end_step", "inside"),
+    [
+        ("train/loss", 1999, False, True),  # before the end step: in, either way
+        ("train/loss", 2000, True, True),  # the end step's own points: kept by a cut ...
+        ("train/loss", 2000, False, False),  # ... left out of a comparison
+        ("eval/success", 2000, True, False),  # the next task's start evaluation: out, either way
+        ("eval/success", 1999, True, True),
+        ("train/loss", 2001, True, False),  # after the end step: out, either way
+        ("cl/success_after_task", 1, True, True),  # a task-index tag by its index: task 2 of 2 ...
+        ("cl/success_after_task", 2, True, False),  # ... and the third task's point
+        ("cl/success_after_task", 2, False, False),
+    ],
+)
+def test_in_first_tasks_by_step_and_by_task_index(tag: str, step: int, keep_end_step: bool, inside: bool) -> None:
+    """The one rule of which logged points belong to a run's first two tasks (ended at step 2000),
+    shared by tools/collect_runs.py's cut and tools/same_prefix.py's comparison."""
+    from rl_moe.continual.scheduler_eval import TASK_INDEX_TAGS, in_first_tasks
+
+    assert "cl/success_after_task" in TASK_INDEX_TAGS
+    assert in_first_tasks(tag, step, 2, 2000, keep_end_step=keep_end_step) is inside

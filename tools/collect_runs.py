@@ -30,9 +30,8 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.summary.writer.record_writer import RecordWriter
 
 from rl_moe.atomic import write_json_atomic
-from rl_moe.continual.evaluation import EVAL_TAGS
 from rl_moe.continual.results import Results
-from rl_moe.continual.scheduler import TASK_INDEX_TAGS
+from rl_moe.continual.scheduler_eval import in_first_tasks
 from rl_moe.experts import EXPERTS_FILE
 from rl_moe.rundir import RunDir
 
@@ -44,20 +43,15 @@ PER_TASKS = (EXPERTS_FILE,)
 def cut_events(src: Path, dst: Path, last_step: int, tasks: int) -> int:
     """Copy the TensorBoard event file ``src`` to ``dst`` without what a run logged after its
     first ``tasks`` tasks, which ended at ``last_step``: the events past that step, the next
-    task's start evaluation, logged at that step (:data:`~rl_moe.continual.evaluation.EVAL_TAGS`),
-    and the later tasks' points of the tags against the task index
-    (:data:`~rl_moe.continual.scheduler.TASK_INDEX_TAGS`). The others
+    task's start evaluation, logged at that step, and the later tasks' points of the tags against
+    the task index (:func:`~rl_moe.continual.scheduler_eval.in_first_tasks`, the end step kept). The others
     are copied byte for byte and in their order (the report keeps the value read last); a file
     left with no logged value is not written. Returns the events left out."""
     kept, dropped = [], 0
     for record in RawEventFileLoader(str(src)).Load():
         event = Event.FromString(record)
-        tags = [v.tag for v in event.summary.value]
-        if any(tag in TASK_INDEX_TAGS for tag in tags):
-            later = event.step >= tasks
-        else:
-            later = event.step > last_step or (event.step == last_step and any(tag.startswith(EVAL_TAGS) for tag in tags))
-        if later:
+        tags = [v.tag for v in event.summary.value] or [""]  # an event with no value by its step
+        if not all(in_first_tasks(tag, event.step, tasks, last_step, keep_end_step=True) for tag in tags):
             dropped += 1
         else:
             kept.append((record, event.HasField("file_version")))

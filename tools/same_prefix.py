@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from rl_moe.cli import EXIT_USAGE
-from rl_moe.continual.scheduler import TASK_INDEX_TAGS
+from rl_moe.continual.scheduler_eval import in_first_tasks
 from rl_moe.fingerprint import scalars
 
 Series = dict[str, list[tuple[int, float]]]
@@ -46,10 +46,10 @@ class Verdict(NamedTuple):
 
 
 def _before(series: Series, tasks: int, steps_per_task: int) -> Series:
-    """Each tag's points before the end of task ``tasks``, by env step or, for a tag stepped by
-    task index (:data:`~rl_moe.continual.scheduler.TASK_INDEX_TAGS`), by index."""
-    end = {tag: tasks if tag in TASK_INDEX_TAGS else tasks * steps_per_task for tag in series}
-    cut = {tag: [(s, v) for s, v in points if s < end[tag]] for tag, points in series.items()}
+    """Each tag's points before the end of task ``tasks``
+    (:func:`~rl_moe.continual.scheduler_eval.in_first_tasks`, the end step left out)."""
+    end = tasks * steps_per_task
+    cut = {tag: [(s, v) for s, v in points if in_first_tasks(tag, s, tasks, end, keep_end_step=False)] for tag, points in series.items()}
     return {tag: points for tag, points in cut.items() if points}
 
 

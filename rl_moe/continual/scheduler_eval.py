@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from stable_baselines3.common.vec_env import VecNormalize
 
-from rl_moe.continual.evaluation import EvalEnvs, EvalPoint, EvalResult, append_point, evaluate, release_memory
+from rl_moe.continual.evaluation import EVAL_TAGS, EvalEnvs, EvalPoint, EvalResult, append_point, evaluate, release_memory
 from rl_moe.continual.progress import draw_evaluation
 from rl_moe.continual.scheduler_state import SchedulerState
 from rl_moe.envs.factories import EnvFactory
@@ -20,6 +20,23 @@ from rl_moe.tblog import dump_keys
 SUCCESS_AFTER_TASK = "cl/success_after_task"
 #: Every tag logged against the task index.
 TASK_INDEX_TAGS = (SUCCESS_AFTER_TASK,)
+
+
+def in_first_tasks(tag: str, step: int, tasks: int, end_step: int, *, keep_end_step: bool) -> bool:
+    """Whether a logged point belongs to a run's first ``tasks`` tasks, which ended at env step
+    ``end_step``: a tag of :data:`TASK_INDEX_TAGS` by its index (below ``tasks``), the others by
+    env step (below ``end_step``).
+
+    At ``end_step`` itself a run that goes on starts its next task with an evaluation
+    (:data:`~rl_moe.continual.evaluation.EVAL_TAGS`), and one that stops there logs its
+    sequence-wide ``cl/*`` aggregates. ``keep_end_step`` keeps that step's points other than the
+    evaluation (cutting a longer run down to its first tasks); without it every point there is
+    left out (comparing a longer run with a shorter one)."""
+    if tag in TASK_INDEX_TAGS:
+        return step < tasks
+    if step == end_step:
+        return keep_end_step and not tag.startswith(EVAL_TAGS)
+    return step < end_step
 
 
 class TaskEvaluation(SchedulerState):
