@@ -35,7 +35,9 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -48,22 +50,17 @@ def _copied(step: tuple) -> tuple:  # type: ignore[type-arg]
     return tuple(x.copy() if hasattr(x, "copy") else x for x in step)
 
 
-def _worker(task_name: str, calls: int, method: str) -> None:
-    """Build ``method``'s learner from whichever ``rl_moe`` is first on the path; per ``time`` line
-    on stdin print the thread CPU seconds of ``calls`` policy calls, per ``actions`` line a digest
-    of the sampled actions on fixed states and seed."""
+def _recorded_learner(task_name: str, method: str) -> tuple[Any, Any, list[tuple], Callable[[], tuple]]:  # type: ignore[type-arg]
+    """``method``'s learner, from whichever ``rl_moe`` is first on the path, after one rollout of
+    real states on ``task_name`` (its weights left at their init); its env, whose ``step_wait``
+    records every step into the list returned beside it, and that recording ``step_wait``."""
     import torch
 
-    import rl_moe
     from rl_moe.continual.agents import begin_task, build_model
     from rl_moe.continual.resolve import RunRequest, resolve, suite_of
     from rl_moe.envs.factories import make_vec_env, task_factories
 
     torch.set_num_threads(1)
-    try:  # the scope a rollout holds open, in checkouts that have one (rl_moe.nn.reuse)
-        from rl_moe.nn.reuse import weights_fixed as rollout_scope
-    except ImportError:
-        from contextlib import nullcontext as rollout_scope
     cfg = resolve(RunRequest(suite="cw10", method=method, tasks=10, vec_env="dummy", device="cpu", overrides=("ppo.n_steps=256",)))
     suite = suite_of(cfg)
     task = next(t for t in suite.tasks if t.name == task_name)
@@ -71,7 +68,7 @@ def _worker(task_name: str, calls: int, method: str) -> None:
     model = build_model(cfg, env, "cpu")
     begin_task(model, cfg, 0, 0)
     model.train = lambda: None  # one rollout of real states; the weights stay at their init
-    recorded = []
+    recorded: list[tuple] = []  # type: ignore[type-arg]
     real_step_wait = env.step_wait
 
     def recording_step_wait():  # type: ignore[no-untyped-def]
@@ -81,6 +78,23 @@ def _worker(task_name: str, calls: int, method: str) -> None:
 
     env.step_wait = recording_step_wait
     model.learn(env.num_envs * 256, reset_num_timesteps=False)
+    return model, env, recorded, recording_step_wait
+
+
+def _worker(task_name: str, calls: int, method: str) -> None:
+    """Build ``method``'s learner (:func:`_recorded_learner`); per ``time`` line on stdin print the
+    thread CPU seconds of ``calls`` policy calls, per ``rollout`` line the seconds of acting over the
+    recorded rollout and of the policy's forward passes in it, per ``actions`` line a digest of the
+    sampled actions on fixed states and seed."""
+    import torch
+
+    import rl_moe
+
+    try:  # the scope a rollout holds open, in checkouts that have one (rl_moe.nn.reuse)
+        from rl_moe.nn.reuse import weights_fixed as rollout_scope
+    except ImportError:
+        from contextlib import nullcontext as rollout_scope
+    model, env, recorded, recording_step_wait = _recorded_learner(task_name, method)
     states = torch.as_tensor(model.rollout_buffer.observations[:, :, :], dtype=torch.float32)  # (T, n_envs, obs)
     policy = model.policy
     replay = iter(())

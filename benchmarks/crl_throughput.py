@@ -46,6 +46,7 @@ import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.vec_env import VecEnv
 
 from rl_moe.continual.agents import begin_task, build_model
 from rl_moe.envs.families import METAWORLD_FAST_VAR
@@ -53,6 +54,7 @@ from rl_moe.envs.factories import make_vec_env, task_factories
 from rl_moe.continual.probe_states import collect_probe_states, make_probe_callback, probe_factories
 from rl_moe.continual.resolve import RunRequest, resolve, suite_of
 from rl_moe.envs.threads import split_threads
+from rl_moe.envs.suite_spec import TaskSpec as Task
 
 
 def _measure(make: Callable[[], tuple[BaseAlgorithm, BaseCallback | None]], steps: int) -> float:
@@ -64,7 +66,10 @@ def _measure(make: Callable[[], tuple[BaseAlgorithm, BaseCallback | None]], step
     return rate
 
 
-def main() -> None:
+Maker = Callable[[], tuple[BaseAlgorithm, BaseCallback | None]]
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", default="faucet-close-v3", help="CW10 task (hammer runs on the official envs under envpool)")
     p.add_argument("--n-envs", type=int, default=8)
@@ -83,87 +88,108 @@ def main() -> None:
     p.add_argument("--suite", default="cw10-cw", help="cw10-cw (Continual World's rules) or cw10 (the paper's protocol; also cw10-paper)")
     p.add_argument("--env-path", nargs="+", default=["fast"], choices=["plain", "fast"], help="MetaWorld path of the rl_moe variants")
     p.add_argument("--methods", nargs="+", default=["sphere"], choices=["sphere", "topk"], help="methods of the --all-tasks rows")
-    args = p.parse_args()
-    cores = len(os.sched_getaffinity(0))
+    return p
 
-    overrides = (f"ppo.n_envs={args.n_envs}", f"ppo.n_steps={args.n_steps}", f"ppo.batch_size={args.batch}", f"ppo.n_epochs={args.epochs}")
-    cfgs = {m: resolve(RunRequest(suite=args.suite, method=m, tasks=1, device=args.device, vec_env="dummy", overrides=overrides)) for m in ("sphere", "topk")}
-    suite = suite_of(cfgs["sphere"])
-    tasks = list(suite.tasks) if args.all_tasks else [next(t for t in suite.tasks if t.name == args.task)]
-    task = tasks[0]
-    steps = args.n_envs * args.n_steps * args.updates
-    pcfg = cfgs["sphere"].probe
-    probe = collect_probe_states(probe_factories(suite, 99), pcfg.n_states, stride=pcfg.stride, policy=pcfg.policy, noise=pcfg.noise)
 
-    def env(vec_env: str = "dummy", path: str = "plain", pool: int = 1):
+class _Variants:
+    """Builds each variant's learner on a task: ours as ``python -m rl_moe.crl`` builds them, and
+    SB3's ``MlpPolicy`` anchors."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args, self.cores = args, len(os.sched_getaffinity(0))
+        overrides = (f"ppo.n_envs={args.n_envs}", f"ppo.n_steps={args.n_steps}", f"ppo.batch_size={args.batch}", f"ppo.n_epochs={args.epochs}")
+        self.cfgs = {m: resolve(RunRequest(suite=args.suite, method=m, tasks=1, device=args.device, vec_env="dummy", overrides=overrides)) for m in ("sphere", "topk")}
+        self.suite = suite_of(self.cfgs["sphere"])
+        pcfg = self.cfgs["sphere"].probe
+        self.probe = collect_probe_states(probe_factories(self.suite, 99), pcfg.n_states, stride=pcfg.stride, policy=pcfg.policy, noise=pcfg.noise)
+
+    def env(self, task: Task, vec_env: str = "dummy", path: str = "plain", pool: int = 1) -> VecEnv:
         os.environ[METAWORLD_FAST_VAR] = "1" if path == "fast" else "0"  # read where the envs are built
-        return make_vec_env(task_factories(suite, task, args.n_envs, 0), vec_env, pool)
+        return make_vec_env(task_factories(self.suite, task, self.args.n_envs, 0), vec_env, pool)
 
-    def ours(method: str, with_probe: bool, vec_env: str = "dummy", threads: int = 1, path: str = "fast") -> Callable[[], tuple[BaseAlgorithm, BaseCallback | None]]:
+    def ours(self, task: Task, method: str, with_probe: bool, vec_env: str = "dummy", threads: int = 1, path: str = "fast") -> Maker:
+        args = self.args
+
         def make() -> tuple[BaseAlgorithm, BaseCallback | None]:
-            torch_threads, pool = split_threads(threads, vec_env, args.n_envs, cores)
+            torch_threads, pool = split_threads(threads, vec_env, args.n_envs, self.cores)
             torch.set_num_threads(torch_threads)
-            model = build_model(cfgs[method], env(vec_env, path, pool), args.device)
-            begin_task(model, cfgs[method], 0, 0)
+            model = build_model(self.cfgs[method], self.env(task, vec_env, path, pool), args.device)
+            begin_task(model, self.cfgs[method], 0, 0)
             # Default: the worst case, a probe after every update (the CLI probes every 100k steps
             # on CW10, 0.39% of training by entk_speed.py).
             every = args.probe_every or args.n_envs * args.n_steps
-            return model, make_probe_callback(probe, every) if with_probe else None
+            return model, make_probe_callback(self.probe, every) if with_probe else None
 
         return make
 
-    def sb3(net_arch: list[int] | None) -> Callable[[], tuple[BaseAlgorithm, BaseCallback | None]]:
+    def sb3(self, task: Task, net_arch: list[int] | None) -> Maker:
+        args = self.args
+
         def make() -> tuple[BaseAlgorithm, BaseCallback | None]:
             torch.set_num_threads(1)
             kw = {} if net_arch is None else {"policy_kwargs": {"net_arch": net_arch, "activation_fn": torch.nn.ReLU}}
-            ppo = PPO("MlpPolicy", env("dummy", "plain"), n_steps=args.n_steps, batch_size=args.batch, n_epochs=args.epochs,
+            ppo = PPO("MlpPolicy", self.env(task, "dummy", "plain"), n_steps=args.n_steps, batch_size=args.batch, n_epochs=args.epochs,
                       learning_rate=3e-4, ent_coef=0.0, device="cpu", seed=0, verbose=0, **kw)  # fmt: skip
             return ppo, None
 
         return make
 
-    if args.all_tasks:
-        ours_only = {
-            f"{m}+probe {v} t{t} {e}": (m, v, t, e) for m in args.methods for v in args.vec_env for t in args.threads for e in args.env_path
-        }  # fmt: skip
-        seconds: dict[str, float] = dict.fromkeys(ours_only, 0.0)
-        for task in tasks:
-            task_rates: dict[str, list[float]] = {k: [] for k in ours_only}
-            for _ in range(args.rounds):
-                for name, (m, v, t, e) in ours_only.items():
-                    task_rates[name].append(_measure(ours(m, True, v, t, e), steps))
-            row = []
-            for name, samples in task_rates.items():
-                rate = statistics.median(samples)
-                seconds[name] += steps / rate
-                row.append(f"{name.split(' ', 1)[1]} {rate:5.0f}")
-            print(f"  {task.name:<22} " + "   ".join(row) + " env steps/s", flush=True)
-        for name, total in seconds.items():
-            base = seconds.get(name.replace(name.split(" ", 1)[1], "dummy t1 plain"))
-            print(f"{name:<34} {suite.name} total {total:7.1f} s" + ("" if base is None else f"   time vs official t1 plain = {total / base:.2f}x"))
-        return
 
-    variants: dict[str, Callable[[], tuple[BaseAlgorithm, BaseCallback | None]]] = {}
+def _all_tasks(v: _Variants, steps: int) -> None:
+    """``--all-tasks``: the moe+sphere+probe variants on every task, and their totals."""
+    args = v.args
+    ours_only = {
+        f"{m}+probe {e} t{t} {p}": (m, e, t, p) for m in args.methods for e in args.vec_env for t in args.threads for p in args.env_path
+    }  # fmt: skip
+    seconds: dict[str, float] = dict.fromkeys(ours_only, 0.0)
+    for task in v.suite.tasks:
+        task_rates: dict[str, list[float]] = {k: [] for k in ours_only}
+        for _ in range(args.rounds):
+            for name, (m, e, t, p) in ours_only.items():
+                task_rates[name].append(_measure(v.ours(task, m, True, e, t, p), steps))
+        row = []
+        for name, samples in task_rates.items():
+            rate = statistics.median(samples)
+            seconds[name] += steps / rate
+            row.append(f"{name.split(' ', 1)[1]} {rate:5.0f}")
+        print(f"  {task.name:<22} " + "   ".join(row) + " env steps/s", flush=True)
+    for name, total in seconds.items():
+        base = seconds.get(name.replace(name.split(" ", 1)[1], "dummy t1 plain"))
+        print(f"{name:<34} {v.suite.name} total {total:7.1f} s" + ("" if base is None else f"   time vs official t1 plain = {total / base:.2f}x"))
+
+
+def _one_task(v: _Variants, steps: int) -> None:
+    """Every variant on ``--task``, against SB3's anchors and today's default."""
+    args = v.args
+    task = next(t for t in v.suite.tasks if t.name == args.task)
+    variants: dict[str, Maker] = {}
     for vec_env in args.vec_env:
         for threads in args.threads:
             for path in args.env_path:
-                variants[f"moe+sphere+probe {vec_env} t{threads} {path}"] = ours("sphere", True, vec_env, threads, path)
+                variants[f"moe+sphere+probe {vec_env} t{threads} {path}"] = v.ours(task, "sphere", True, vec_env, threads, path)
     if args.extra:
-        variants.update({"moe+sphere": ours("sphere", False), "moe": ours("topk", False)})
-    variants.update({"sb3 mlp": sb3(None), "sb3 mlp 3x256": sb3([256, 256, 256])})
+        variants.update({"moe+sphere": v.ours(task, "sphere", False), "moe": v.ours(task, "topk", False)})
+    variants.update({"sb3 mlp": v.sb3(task, None), "sb3 mlp 3x256": v.sb3(task, [256, 256, 256])})
     rates: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(args.rounds):
         for name, make in variants.items():
             rates[name].append(_measure(make, steps))
-    med = {k: statistics.median(v) for k, v in rates.items()}
-    print(f"{suite.name} {args.task}: {args.n_envs} envs x {args.n_steps} steps, batch {args.batch}, {args.epochs} epochs, "
-          f"{args.updates} updates/round, median of {args.rounds} rounds, {cores} cores")  # fmt: skip
+    med = {k: statistics.median(r) for k, r in rates.items()}
+    print(f"{v.suite.name} {args.task}: {args.n_envs} envs x {args.n_steps} steps, batch {args.batch}, {args.epochs} epochs, "
+          f"{args.updates} updates/round, median of {args.rounds} rounds, {v.cores} cores")  # fmt: skip
     for name, rate in med.items():
         print(f"  {name:<30} {rate:8.0f} env steps/s")
     today = med.get("moe+sphere+probe dummy t1 plain")
     for name in (k for k in med if k.startswith("moe+sphere+probe")):
         vs_today = "" if today is None else f"   vs official t1 plain = {med[name] / today:.2f}x"
         print(f"{name:<30} / sb3 mlp 3x256 = {med[name] / med['sb3 mlp 3x256']:.2f}x   / sb3 mlp = {med[name] / med['sb3 mlp']:.2f}x{vs_today}")
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    variants = _Variants(args)
+    steps = args.n_envs * args.n_steps * args.updates
+    (_all_tasks if args.all_tasks else _one_task)(variants, steps)
 
 
 if __name__ == "__main__":

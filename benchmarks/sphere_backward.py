@@ -85,13 +85,17 @@ def main() -> None:
             times[which].append(backward_seconds(which))
     actor_ms, pen_ms = (1e3 * statistics.median(times[w]) for w in (0, 1))
     shares = [statistics.median(gemm_share(w)[0] for _ in range(5)) for w in (0, 1)]
+    _report(args.experts, args.rounds, actor_ms, pen_ms, shares)
 
+
+def _report(experts: int, rounds: int, actor_ms: float, pen_ms: float, shares: list[float]) -> None:
+    """Print the two backwards' medians, their products' shares and the penalty's multiply-add rate."""
     # Multiply-adds of one backward through the routed experts: per linear layer an input
     # gradient (except the first) and a weight gradient, each rows x in x out.
     dims = (OBS, 256, 256, 256)
     rows = N * 2
     macs = sum(rows * a * b * (1 if i == 0 else 2) for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])))
-    print(f"CPU, 1 thread, E={args.experts}, K=2, 3x256 experts, batch {N}; median of {args.rounds} rounds")
+    print(f"CPU, 1 thread, E={experts}, K=2, 3x256 experts, batch {N}; median of {rounds} rounds")
     print(f"  actor-loss backward   {actor_ms:6.2f} ms, matrix products {100 * shares[0]:4.1f}% of its op time")
     print(f"  penalty backward      {pen_ms:6.2f} ms, matrix products {100 * shares[1]:4.1f}% of its op time")
     print(f"  penalty / actor-loss backward: {pen_ms / actor_ms:.2f}x")

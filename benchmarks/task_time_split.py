@@ -44,6 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -211,16 +212,9 @@ def _forward_floor(model, env) -> float:  # type: ignore[no-untyped-def]
     return interleaved_medians({"forward": forward}, rounds=7, inner=20, clock=CLOCK)["forward"] / env.num_envs
 
 
-def _split(task_name: str, rounds: int, n_steps: int) -> None:
-    """Measure one task's parts and its limit, and print them."""
-    cfg, suite, task, model, env = _learner(task_name, None, n_steps)
-    _, _, _, plain_model, plain_env = _learner(task_name, 0.0, n_steps)
-    (env_s, act_s, upd_sphere, act_fwd_s), (_, _, upd_topk, _) = _alternated(_Cycles(model, env, n_steps), _Cycles(plain_model, plain_env, n_steps), rounds)
-    steps_per_rollout = env.num_envs * n_steps
-    flops = _update_flops(model)
-    replay_s, replay_flops, n_products, others = _matmul_replay(model)
-    peak = _matmul_peak()  # beside the replay, so that both see the same load
-
+def _once_per_task_costs(cfg: Any, suite: Any, task: Any, model: Any, env: Any) -> tuple[float, float, float, float, float, float]:
+    """Seconds of one evaluation episode, of building the eval envs, of one probe, and of an
+    in-task checkpoint's capture and write and the task-end checkpoint."""
     # As the scheduler evaluates: the task's eval envs built once (per position view) and
     # reseeded before every evaluation, so building them is a once-per-task cost.
     pool = EvalEnvs(task_factories(suite, task, cfg.eval.n_envs, env_seed(0, "eval")), "dummy")
@@ -249,6 +243,20 @@ def _split(task_name: str, rounds: int, n_steps: int) -> None:
         t2 = time.perf_counter()
         model.save(Path(tmp) / "ckpt.zip")
         capture_s, write_s, final_s = t1 - t0, t2 - t1, time.perf_counter() - t2
+    return episode, build_s, probe_s, capture_s, write_s, final_s
+
+
+def _split(task_name: str, rounds: int, n_steps: int) -> None:
+    """Measure one task's parts and its limit, and print them."""
+    cfg, suite, task, model, env = _learner(task_name, None, n_steps)
+    _, _, _, plain_model, plain_env = _learner(task_name, 0.0, n_steps)
+    (env_s, act_s, upd_sphere, act_fwd_s), (_, _, upd_topk, _) = _alternated(_Cycles(model, env, n_steps), _Cycles(plain_model, plain_env, n_steps), rounds)
+    steps_per_rollout = env.num_envs * n_steps
+    flops = _update_flops(model)
+    replay_s, replay_flops, n_products, others = _matmul_replay(model)
+    peak = _matmul_peak()  # beside the replay, so that both see the same load
+
+    episode, build_s, probe_s, capture_s, write_s, final_s = _once_per_task_costs(cfg, suite, task, model, env)
     mj_s = _mujoco_floor(env)
     fwd_s = _forward_floor(model, env)
 

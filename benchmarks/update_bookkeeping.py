@@ -23,9 +23,11 @@ import copy
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from stable_baselines3.common.logger import configure
+from stable_baselines3.common.vec_env import VecEnv
 
 from rl_moe.algos.clipping import clip_gradients, split_actor_critic
 from rl_moe.algos.update import weight_change
@@ -41,6 +43,18 @@ def thread_seconds(fn: Callable[[], object], repeat: int = 1) -> float:
     return (time.thread_time() - t0) / repeat
 
 
+def _learner(n_envs: int, n_steps: int, grad_clip: str) -> tuple[Any, VecEnv]:
+    """A Top-K learner on CW10's first task after one rollout and update, and its envs."""
+    overrides = (f"ppo.n_envs={n_envs}", f"ppo.n_steps={n_steps}", "ppo.n_epochs=1", f"ppo.grad_clip={grad_clip}")
+    cfg = resolve(RunRequest(suite="cw10-cw", method="topk", tasks=1, device="cpu", vec_env="dummy", overrides=overrides))
+    env = make_vec_env(task_factories(suite_of(cfg), suite_of(cfg).tasks[0], n_envs, 0), "dummy")
+    model = build_model(cfg, env, "cpu")
+    begin_task(model, cfg, 0, 0)
+    model.set_logger(configure(None, []))
+    model.learn(n_envs * n_steps)
+    return model, env
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=15)
@@ -48,13 +62,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)
     n_envs, n_steps = 8, 256
-    overrides = ("ppo.n_envs=8", "ppo.n_steps=256", "ppo.n_epochs=1", f"ppo.grad_clip={args.grad_clip}")
-    cfg = resolve(RunRequest(suite="cw10-cw", method="topk", tasks=1, device="cpu", vec_env="dummy", overrides=overrides))
-    env = make_vec_env(task_factories(suite_of(cfg), suite_of(cfg).tasks[0], n_envs, 0), "dummy")
-    model = build_model(cfg, env, "cpu")
-    begin_task(model, cfg, 0, 0)
-    model.set_logger(configure(None, []))
-    model.learn(n_envs * n_steps)
+    model, env = _learner(n_envs, n_steps, args.grad_clip)
     start = copy.deepcopy(model.policy.state_dict()), copy.deepcopy(model.policy.optimizer.state_dict())
     n_minibatches = n_envs * n_steps // model.batch_size
     params = list(model.policy.parameters())
