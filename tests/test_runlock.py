@@ -89,6 +89,59 @@ def test_sweep_skips_trials_whose_folder_is_in_use(tmp_path: Path, capsys: pytes
     assert f"busy    smoke/ppo-topk-crl-s1 (in use by process {os.getpid()}; skipped)" in capsys.readouterr().out
 
 
+def test_sweep_rechecks_each_trial_as_it_launches(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A second sweep over the same grid takes seed 1 and finishes seed 2 while this one runs seed
+    0: this sweep leaves both alone (busy, skipped) instead of running them or calling them failed."""
+    import json
+
+    from rl_moe.sweep import Outcome, Trial
+
+    cfg = SweepConfig(suites=("smoke",), methods=("topk",), seeds=(0, 1, 2), out=tmp_path)
+    dirs = {t.seed: t for t in grid(cfg)}
+    ran: list[int] = []
+    held: list[RunLock] = []
+
+    def runner(trial: Trial, command: list[str], env: dict[str, str]) -> Outcome:
+        ran.append(trial.seed)
+        dirs[1].run_dir.mkdir(parents=True)
+        held.append(RunLock(dirs[1].run_dir).acquire())
+        dirs[2].run_dir.mkdir(parents=True)
+        (dirs[2].run_dir / "results.json").write_text(json.dumps({"complete": True, "tasks": ["t"] * (dirs[2].tasks or 1)}))
+        return Outcome(trial, "done")
+
+    try:
+        outcomes = run_sweep(cfg, "sequential", runner)
+    finally:
+        for lock in held:
+            lock.release()
+    assert ran == [0]
+    assert {o.trial.seed: o.status for o in outcomes} == {0: "done", 1: "busy", 2: "skipped"}
+    out = capsys.readouterr().out
+    assert f"busy    smoke/ppo-topk-crl-s1 (in use by process {os.getpid()}; skipped)" in out and "failed" not in out
+
+
+def test_a_launch_that_loses_the_lock_race_is_busy_not_failed(tmp_path: Path) -> None:
+    """The CLI takes the lock after its imports: a trial launched in that window exits 2 ("in use")
+    while the other process holds the folder. Exit 2 with a free folder stays a failure."""
+    from rl_moe.sweep import Outcome, Trial
+
+    cfg = SweepConfig(suites=("smoke",), methods=("topk",), seeds=(0, 1), out=tmp_path)
+    held: list[RunLock] = []
+
+    def runner(trial: Trial, command: list[str], env: dict[str, str]) -> Outcome:
+        trial.run_dir.mkdir(parents=True)
+        if trial.seed == 0:  # the other sweep's process got there first and still runs
+            held.append(RunLock(trial.run_dir).acquire())
+        return Outcome(trial, "failed", returncode=2, log=str(trial.run_dir / "sweep.log"))
+
+    try:
+        outcomes = run_sweep(cfg, "sequential", runner)
+    finally:
+        for lock in held:
+            lock.release()
+    assert {o.trial.seed: o.status for o in outcomes} == {0: "busy", 1: "failed"}
+
+
 def test_stale_temp_files_of_a_killed_run_are_removed_on_resume(tmp_path: Path, stop_before_task) -> None:
     run = tmp_path / "run"
     assert stop_before_task([*TINY, "--tasks", "2", "--run-dir", str(run)], 1) == 130

@@ -75,6 +75,29 @@ def _holder_text(holder: Holder) -> str:
     return f"in use by process {holder.pid}" if holder.pid is not None else "in use by another process"
 
 
+def recheck_at_launch(runner: TrialRunner) -> TrialRunner:
+    """``runner`` that looks at its trial's folder again as the trial launches and as it returns.
+
+    The grid is read once, when the sweep starts; a second sweep over the same grid (one started
+    later, or on another machine sharing the folder) may have taken a trial since, or finished it.
+    Such a trial is ``busy`` or ``skipped``, not run twice and not ``failed``: a launch that lost
+    the race for the folder's lock (the CLI takes it only after its imports) exits with the CLI's
+    "in use" error while the other process still holds the lock, and that is ``busy`` too.
+    """
+
+    def run(trial: Trial, command: list[str], env: dict[str, str]) -> Outcome:
+        if is_finished(trial):
+            return Outcome(trial, "skipped")
+        if (holder := lock_holder(trial.run_dir)) is not None:
+            return Outcome(trial, "busy", log=_holder_text(holder))
+        outcome = runner(trial, command, env)
+        if outcome.status == "failed" and outcome.returncode == EXIT_USAGE and (holder := lock_holder(trial.run_dir)) is not None:
+            return replace(outcome, status="busy", log=_holder_text(holder))
+        return outcome
+
+    return run
+
+
 def _report(outcome: Outcome, done: int, total: int) -> None:
     extra = {
         "done": f"{outcome.seconds:.0f}s",
@@ -149,7 +172,8 @@ def run_sweep(
     before = {t.run_dir: trained_steps(t.run_dir) for t, _ in jobs}
     start = time.monotonic()
     states = TrialStates()
-    tracked = runner if chosen == "ray" else states.wrap(runner)  # a Ray worker's records stay there
+    checked = recheck_at_launch(runner)
+    tracked = checked if chosen == "ray" else states.wrap(checked)  # a Ray worker's records stay there
     with Heartbeat([t for t, _ in jobs], states, progress_every), closing(_stream(chosen, jobs, trial_env(cfg), tracked, cfg, ray_opts, plan)) as stream:
         for outcome in stream:
             states.mark_finished(outcome.trial.run_dir)
