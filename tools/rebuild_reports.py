@@ -34,6 +34,8 @@ STUDIES: dict[str, tuple[str, ...]] = {
     "cw10-paper": ("--baseline", "topk", "--method", "sphere", "--reps", "2000"),
     "cw10-paper-full": ("--baseline", "topk", "--method", "ln", "--ft-reference", "mean", "--reps", "2000"),
     "slice-authors": ("--baseline", "topk", "--method", "sphere", "--reps", "2000"),
+    # Top-K alone until a SPHERE run finishes all ten tasks (the report refuses a method it lacks)
+    "slice-authors-full": ("--baseline", "topk", "--reps", "2000"),
 }
 
 #: study -> (a figure its report draws, where README.md embeds it): the answer's figure, success
